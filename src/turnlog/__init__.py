@@ -1,0 +1,77 @@
+"""turnlog: conversation memory for LLM applications.
+
+An append-only log of events per session, a view of it for the prompt, compaction that never
+changes the log, and stores that never lose or double an event.
+"""
+
+from turnlog.compaction import (
+    ChatModel,
+    ChatModelSummarizer,
+    CompactionBoundary,
+    CompactionRequest,
+    CompactionResult,
+    CompactionSummarizer,
+    CompactionTrigger,
+    CompactionWindow,
+    CompositeCompactionTrigger,
+    SummaryRequest,
+    TokenCountTrigger,
+    TurnCountTrigger,
+    WindowCompactionStrategy,
+)
+from turnlog.errors import (
+    CorruptData,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StoreError,
+    TurnlogError,
+    VersionConflict,
+)
+from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
+from turnlog.service import SessionService
+from turnlog.stores import EventFilter, MemoryStore, SessionStore, SqliteStore
+from turnlog.text import event_text
+from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCounter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CharCounter",
+    "ChatModel",
+    "ChatModelSummarizer",
+    "CompactionBoundary",
+    "CompactionRequest",
+    "CompactionResult",
+    "CompactionSummarizer",
+    "CompactionTrigger",
+    "CompactionWindow",
+    "CompositeCompactionTrigger",
+    "CorruptData",
+    "EventFilter",
+    "EventType",
+    "InvalidInput",
+    "MemoryStore",
+    "Message",
+    "O200kCounter",
+    "Session",
+    "SessionAlreadyExists",
+    "SessionEvent",
+    "SessionNotFound",
+    "SessionService",
+    "SessionStore",
+    "SqliteStore",
+    "StoreError",
+    "SummaryRequest",
+    "TiktokenCounter",
+    "TokenCountTrigger",
+    "TokenCounter",
+    "ToolCall",
+    "ToolResult",
+    "TurnCountTrigger",
+    "TurnlogError",
+    "VersionConflict",
+    "WindowCompactionStrategy",
+    "__version__",
+    "event_text",
+]

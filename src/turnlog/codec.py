@@ -1,0 +1,169 @@
+"""The one wire format every store uses: an event's body as versioned JSON bytes.
+
+Columns that stores index (id, session, seq, type, timestamp, role, synthetic) live beside the
+body; the body carries the message or payload and the metadata:
+
+    {"v": 1, "message": {"role": ..., "text": ..., "tool_calls": [...], "tool_results": [...],
+                         "metadata": {...}}, "metadata": {...}}
+    {"v": 1, "payload": <json>, "metadata": {...}}
+
+Format 1 is the only one so far. Bodies written by every released format stay readable: their
+fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import msgspec
+
+from turnlog.errors import CorruptData, InvalidInput
+from turnlog.events import EventType, Message, SessionEvent, ToolCall, ToolResult
+
+__all__ = [
+    "FORMAT_VERSION",
+    "decode_event",
+    "dump_json",
+    "encode_body",
+    "from_micros",
+    "load_json",
+    "to_micros",
+]
+
+FORMAT_VERSION: Final = 1
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class _Call(msgspec.Struct, array_like=True):
+    id: str
+    name: str
+    arguments: str
+
+
+class _Result(msgspec.Struct, array_like=True):
+    call_id: str
+    name: str
+    content: str
+
+
+class _Message(msgspec.Struct, omit_defaults=True):
+    role: str
+    text: str | None = None
+    tool_calls: list[_Call] = []
+    tool_results: list[_Result] = []
+    metadata: dict[str, Any] = {}
+
+
+class _Body(msgspec.Struct, omit_defaults=True):
+    v: int
+    message: _Message | None = None
+    payload: Any = None
+    metadata: dict[str, Any] = {}
+
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(_Body)
+_any_decoder: Final = msgspec.json.Decoder()
+
+
+def to_micros(moment: datetime) -> int:
+    """A timezone-aware datetime as integer microseconds since the epoch."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(micros: int) -> datetime:
+    """The UTC datetime of integer microseconds since the epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def encode_body(event: SessionEvent) -> bytes:
+    """The stored body of `event` (format `FORMAT_VERSION`)."""
+    m = event.message
+    message = None
+    if m is not None:
+        message = _Message(
+            role=m.role,
+            text=m.text,
+            tool_calls=[_Call(c.id, c.name, c.arguments) for c in m.tool_calls],
+            tool_results=[_Result(r.call_id, r.name, r.content) for r in m.tool_results],
+            metadata=dict(m.metadata),
+        )
+    body = _Body(
+        v=FORMAT_VERSION,
+        message=message,
+        payload=event.payload,
+        metadata=dict(event.metadata),
+    )
+    return _encoder.encode(body)
+
+
+def decode_event(
+    *,
+    event_id: str,
+    session_id: str,
+    seq: int,
+    type_name: str,
+    timestamp_micros: int,
+    synthetic: bool,
+    body: bytes | str,
+) -> SessionEvent:
+    """Rebuild a stored event from its columns and body.
+
+    Raises:
+        CorruptData: the body cannot be decoded, names the session and seq.
+    """
+    try:
+        decoded = _decoder.decode(body)
+        if decoded.v != FORMAT_VERSION:
+            raise ValueError(f"unknown body format {decoded.v}")
+        wire = decoded.message
+        message = None
+        if wire is not None:
+            message = Message(
+                role=wire.role,  # type: ignore[arg-type]  # validated by Message
+                text=wire.text,
+                tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in wire.tool_calls),
+                tool_results=tuple(
+                    ToolResult(r.call_id, r.name, r.content) for r in wire.tool_results
+                ),
+                metadata=wire.metadata,
+            )
+        return SessionEvent(
+            id=event_id,
+            session_id=session_id,
+            type=EventType.MESSAGE if type_name == "MESSAGE" else EventType.of(type_name),
+            message=message,
+            payload=decoded.payload,
+            metadata=decoded.metadata,
+            synthetic=bool(synthetic),
+            seq=seq,
+            timestamp=from_micros(timestamp_micros),
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+        raise CorruptData(
+            f"event seq {seq} ({event_id!r}) of session {session_id!r} cannot be read: {exc}. "
+            "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
+            "inspect it with `turnlog show --log`."
+        ) from exc
+
+
+def dump_json(value: Any) -> str:
+    """`value` as compact JSON text."""
+    try:
+        return _encoder.encode(value).decode("utf-8")
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidInput(f"not JSON: {exc}") from exc
+
+
+def load_json(text: str | bytes, what: str) -> Any:
+    """Parse JSON text.
+
+    Raises:
+        CorruptData: it is not JSON; `what` names where it came from.
+    """
+    try:
+        return _any_decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        raise CorruptData(f"{what} is not valid JSON: {exc}") from exc

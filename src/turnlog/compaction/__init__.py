@@ -1,0 +1,39 @@
+"""Compaction: pure functions from a log to a new view. No I/O, no clock."""
+
+from turnlog.compaction.base import (
+    CompactionRequest,
+    CompactionResult,
+    CompactionStrategy,
+    CompactionSummarizer,
+    CompactionTrigger,
+    SummaryRequest,
+    count_turns,
+)
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.compaction.summary import ChatModel, ChatModelSummarizer
+from turnlog.compaction.triggers import (
+    CompositeCompactionTrigger,
+    TokenCountTrigger,
+    TurnCountTrigger,
+    sent_events,
+)
+from turnlog.compaction.window import CompactionWindow, WindowCompactionStrategy
+
+__all__ = [
+    "ChatModel",
+    "ChatModelSummarizer",
+    "CompactionBoundary",
+    "CompactionRequest",
+    "CompactionResult",
+    "CompactionStrategy",
+    "CompactionSummarizer",
+    "CompactionTrigger",
+    "CompactionWindow",
+    "CompositeCompactionTrigger",
+    "SummaryRequest",
+    "TokenCountTrigger",
+    "TurnCountTrigger",
+    "WindowCompactionStrategy",
+    "count_turns",
+    "sent_events",
+]

@@ -1,0 +1,119 @@
+"""The shapes compaction is made of: requests, results, and the strategy, trigger and summarizer
+types."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeAlias
+
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.events import Message, Session, SessionEvent
+
+__all__ = [
+    "CompactionRequest",
+    "CompactionResult",
+    "CompactionStrategy",
+    "CompactionSummarizer",
+    "CompactionTrigger",
+    "SummaryRequest",
+    "count_turns",
+]
+
+
+def count_turns(view: Sequence[SessionEvent]) -> int:
+    """The turns of a view: its non-synthetic user messages."""
+    return sum(1 for e in view if e.starts_turn)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRequest:
+    """What a trigger and a strategy decide on."""
+
+    session: Session
+    """The session."""
+    view: Sequence[SessionEvent]
+    """Its active view, in view order."""
+    turn_count: int
+    """The view's turns (non-synthetic user messages)."""
+
+    @classmethod
+    def of(cls, session: Session, view: Sequence[SessionEvent]) -> CompactionRequest:
+        """A request for `view`, with its turns counted."""
+        return cls(session, tuple(view), count_turns(view))
+
+
+CompactionTrigger: TypeAlias = Callable[[CompactionRequest], bool]
+"""Decides whether to compact: any callable taking a `CompactionRequest` and returning a bool."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What a summarizer is given."""
+
+    session: Session
+    """The session."""
+    prior_summary: Sequence[SessionEvent]
+    """The summary a previous pass left, to build on; empty when there is none."""
+    covered: Sequence[SessionEvent]
+    """The events leaving the view, oldest first (without the prior summary)."""
+    preserved: Sequence[SessionEvent]
+    """The recent events that stay, for continuity."""
+
+
+CompactionSummarizer: TypeAlias = Callable[[SummaryRequest], list[Message]]
+"""Condenses what leaves the view into the messages of a summary turn; `[]` declines."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What a compaction pass decided. `unchanged` results wrote nothing."""
+
+    unchanged: bool
+    """True when nothing left the view and nothing was (or is to be) written."""
+    conflict: bool = False
+    """True when another writer appended first; nothing was written. Retry if you like."""
+    covered_events: tuple[SessionEvent, ...] = ()
+    """The events that left the view; they stay in the log."""
+    pinned_events: tuple[SessionEvent, ...] = ()
+    """Kept at the front of the view: the system prompt, a preamble, a carried-forward summary."""
+    preserved_events: tuple[SessionEvent, ...] = ()
+    """The recent events kept verbatim."""
+    summary: tuple[Message, ...] = ()
+    """The summary turn, as messages; empty for a plain window."""
+    summary_events: tuple[SessionEvent, ...] = ()
+    """The synthetic events that record the summary."""
+    tokens_estimated_saved: int = 0
+    """Tokens of the covered events minus tokens of the summary, by the strategy's counter."""
+    boundary: CompactionBoundary | None = None
+    """The boundary to append; None when unchanged."""
+    view: tuple[SessionEvent, ...] = field(default=(), repr=False)
+    """The active view after this pass (the view before it when unchanged)."""
+
+    @classmethod
+    def nothing(cls, view: Sequence[SessionEvent] = ()) -> CompactionResult:
+        """A result that changes nothing."""
+        return cls(unchanged=True, view=tuple(view))
+
+    def as_conflict(self) -> CompactionResult:
+        """This pass lost the race: unchanged, `conflict=True`, nothing to write."""
+        return replace(CompactionResult.nothing(), conflict=True)
+
+    def events_to_append(self, session_id: str) -> list[SessionEvent]:
+        """The boundary event followed by the summary events; empty when unchanged."""
+        if self.unchanged or self.boundary is None:
+            return []
+        return [self.boundary.to_event(session_id), *self.summary_events]
+
+
+class CompactionStrategy(Protocol):
+    """Decides what leaves the view. Pure: no I/O, no clock."""
+
+    @property
+    def name(self) -> str:
+        """A short name, recorded in the boundary."""
+        ...
+
+    def compact(self, request: CompactionRequest) -> CompactionResult:
+        """The pass over `request.view`. Never changes the log; the service writes the result."""
+        ...

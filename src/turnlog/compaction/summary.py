@@ -1,0 +1,126 @@
+"""Summarizers: condense what leaves the view into a summary turn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from turnlog.compaction.base import SummaryRequest
+from turnlog.errors import InvalidInput
+from turnlog.events import Message, SessionEvent
+from turnlog.text import event_text
+
+__all__ = [
+    "DEFAULT_SHADOW_PROMPT",
+    "DEFAULT_SUMMARY_SYSTEM_PROMPT",
+    "ChatModel",
+    "ChatModelSummarizer",
+]
+
+logger = logging.getLogger("turnlog.compaction")
+
+DEFAULT_SUMMARY_SYSTEM_PROMPT = (
+    "You keep the running memory of a conversation between a user and an AI assistant. "
+    "Write a compact, factual record of the part of the conversation you are given, so the "
+    "assistant can carry on without it. Keep: the user's goals and constraints, decisions made, "
+    "facts and numbers learned (including what tools returned), open questions and promised next "
+    "steps. Drop pleasantries and repetition. Write in the third person, in plain prose or short "
+    "bullets, and never invent anything that is not in the text."
+)
+
+DEFAULT_SHADOW_PROMPT = "Remind me what we have covered so far in this conversation."
+
+
+class ChatModel(Protocol):
+    """The least a summarizer needs from a chat model: one blocking completion."""
+
+    def complete(self, messages: Sequence[Message]) -> Message:
+        """The model's reply to `messages`."""
+        ...
+
+
+class ChatModelSummarizer:
+    """Asks a chat model for a rolling summary of what leaves the view.
+
+    The prompt feeds the prior summary back (so each summary builds on the last), renders the
+    covered events with `event_formatter`, and quotes the first `overlap_size` preserved events
+    so the summary leads into what the model still sees. Stored system messages are never put in
+    the prompt. The summary turn is a user shadow prompt followed by the assistant summary, so the
+    view keeps alternating user and assistant.
+
+    A blank reply is logged at WARNING, `on_failure` is called with the request, and the
+    summarizer declines (nothing is written). An exception from the model propagates.
+
+    Args:
+        chat_model: anything with `complete(messages) -> Message`.
+        overlap_size: how many preserved events to quote for continuity (>= 0).
+        system_prompt: the summarizing call's system prompt.
+        shadow_prompt: the user message that opens the summary turn.
+        event_formatter: how an event is rendered in the prompt.
+        on_failure: called with the request when the model gives a blank reply.
+    """
+
+    def __init__(
+        self,
+        chat_model: ChatModel,
+        *,
+        overlap_size: int = 2,
+        system_prompt: str = DEFAULT_SUMMARY_SYSTEM_PROMPT,
+        shadow_prompt: str = DEFAULT_SHADOW_PROMPT,
+        event_formatter: Callable[[SessionEvent], str] = event_text,
+        on_failure: Callable[[SummaryRequest], None] | None = None,
+    ) -> None:
+        if isinstance(overlap_size, bool) or not isinstance(overlap_size, int) or overlap_size < 0:
+            raise InvalidInput(f"overlap_size must be an integer >= 0, got {overlap_size!r}")
+        if not shadow_prompt.strip():
+            raise InvalidInput("shadow_prompt must not be blank")
+        self.chat_model = chat_model
+        self.overlap_size = overlap_size
+        self.system_prompt = system_prompt
+        self.shadow_prompt = shadow_prompt
+        self.event_formatter = event_formatter
+        self.on_failure = on_failure
+
+    def prompt(self, request: SummaryRequest) -> list[Message]:
+        """The messages sent to the model for `request`."""
+        fmt = self.event_formatter
+        parts: list[str] = []
+        prior = [e for e in request.prior_summary if e.role == "assistant"]
+        if prior:
+            parts.append(
+                "The summary so far:\n<summary>\n"
+                + "\n".join(e.message.text or "" for e in prior if e.message is not None)
+                + "\n</summary>"
+            )
+        covered = [fmt(e) for e in request.covered if e.role != "system"]
+        parts.append(
+            "The conversation to add to it:\n<conversation>\n"
+            + "\n".join(covered)
+            + "\n</conversation>"
+        )
+        overlap = [e for e in request.preserved if e.role != "system"][: self.overlap_size]
+        if overlap:
+            parts.append(
+                "For continuity only, the conversation goes on like this (do not summarize it):\n"
+                "<continues>\n" + "\n".join(fmt(e) for e in overlap) + "\n</continues>"
+            )
+        parts.append(
+            "Write the updated summary"
+            + (", merging the summary so far with the new conversation." if prior else ".")
+        )
+        return [Message.system(self.system_prompt), Message.user("\n\n".join(parts))]
+
+    def __call__(self, request: SummaryRequest) -> list[Message]:
+        reply = self.chat_model.complete(self.prompt(request))
+        text = reply.text if isinstance(reply, Message) else None
+        if text is None or not text.strip():
+            logger.warning(
+                "session %s: the summarizing model gave a blank reply; compaction skipped, "
+                "the view is unchanged",
+                request.session.id,
+            )
+            if self.on_failure is not None:
+                self.on_failure(request)
+            return []
+        return [Message.user(self.shadow_prompt), Message.assistant(text.strip())]

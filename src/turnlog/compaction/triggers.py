@@ -1,0 +1,105 @@
+"""Triggers: when to compact. Any callable `(CompactionRequest) -> bool` is a trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnlog.compaction.base import CompactionRequest, CompactionTrigger
+from turnlog.errors import InvalidInput
+from turnlog.events import SessionEvent
+from turnlog.tokens import TokenCounter, event_tokens
+
+__all__ = ["CompositeCompactionTrigger", "TokenCountTrigger", "TurnCountTrigger", "sent_events"]
+
+
+def _positive(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidInput(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def sent_events(view: Sequence[SessionEvent]) -> list[SessionEvent]:
+    """What a model is sent of a view: the latest system message first, then the rest.
+
+    Earlier (superseded) system messages are not sent.
+    """
+    latest = None
+    for event in view:
+        if event.role == "system":
+            latest = event
+    rest = [e for e in view if e.role != "system"]
+    return rest if latest is None else [latest, *rest]
+
+
+class TurnCountTrigger:
+    """Fires when the view holds more than `n` turns (non-synthetic user messages).
+
+    Raises:
+        InvalidInput: `n` is not a positive integer.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = _positive(n, "a turn-count trigger's n")
+
+    def __call__(self, request: CompactionRequest) -> bool:
+        return request.turn_count > self.n
+
+    def __repr__(self) -> str:
+        return f"TurnCountTrigger({self.n})"
+
+
+class TokenCountTrigger:
+    """Fires when the estimated tokens of what is sent reach `threshold`.
+
+    What is sent: the latest system message, the summaries and the conversation, in the same
+    units as a token budget. Each event is tokenized once; later calls hit the cache.
+
+    Raises:
+        InvalidInput: `threshold` is not a positive integer.
+    """
+
+    def __init__(self, threshold: int, token_counter: TokenCounter | None = None) -> None:
+        self.threshold = _positive(threshold, "a token-count trigger's threshold")
+        self._tokens = event_tokens(token_counter)
+
+    def tokens(self, request: CompactionRequest) -> int:
+        """The estimated tokens of what `request`'s view sends."""
+        return self._tokens.total(sent_events(request.view))
+
+    def __call__(self, request: CompactionRequest) -> bool:
+        return self.tokens(request) >= self.threshold
+
+    def __repr__(self) -> str:
+        return f"TokenCountTrigger({self.threshold})"
+
+
+class CompositeCompactionTrigger:
+    """Combines triggers: `any_of(...)` fires when one fires, `all_of(...)` when all do."""
+
+    def __init__(self, triggers: Sequence[CompactionTrigger], *, require_all: bool) -> None:
+        if not triggers:
+            raise InvalidInput("a composite trigger needs at least one trigger")
+        for trigger in triggers:
+            if not callable(trigger):
+                raise InvalidInput(f"a trigger must be callable, got {trigger!r}")
+        self.triggers = tuple(triggers)
+        self.require_all = require_all
+
+    @classmethod
+    def any_of(cls, *triggers: CompactionTrigger) -> CompositeCompactionTrigger:
+        """Fires when any of `triggers` fires (evaluated in order, stopping at the first)."""
+        return cls(triggers, require_all=False)
+
+    @classmethod
+    def all_of(cls, *triggers: CompactionTrigger) -> CompositeCompactionTrigger:
+        """Fires when all of `triggers` fire (evaluated in order, stopping at the first no)."""
+        return cls(triggers, require_all=True)
+
+    def __call__(self, request: CompactionRequest) -> bool:
+        if self.require_all:
+            return all(t(request) for t in self.triggers)
+        return any(t(request) for t in self.triggers)
+
+    def __repr__(self) -> str:
+        kind = "all_of" if self.require_all else "any_of"
+        return f"CompositeCompactionTrigger.{kind}{self.triggers!r}"

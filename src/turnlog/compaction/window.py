@@ -1,0 +1,197 @@
+"""`WindowCompactionStrategy`: keep the recent conversation, cover (or summarize) the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from turnlog.compaction.base import (
+    CompactionRequest,
+    CompactionResult,
+    CompactionSummarizer,
+    SummaryRequest,
+)
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import InvalidInput
+from turnlog.events import Message, SessionEvent, new_id
+from turnlog.tokens import EventTokens, TokenCounter, event_tokens
+
+__all__ = ["CompactionWindow", "WindowCompactionStrategy"]
+
+WindowKind = Literal["last_events", "last_turns", "token_budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionWindow:
+    """How much of the conversation stays in the view.
+
+    Build one with `last_events(n)`, `last_turns(n)` or `token_budget(n)`.
+    """
+
+    kind: WindowKind
+    """Which measure `size` is in."""
+    size: int
+    """Events, turns or tokens."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
+            raise InvalidInput(f"a {self.kind} window needs a positive size, got {self.size!r}")
+
+    @classmethod
+    def last_events(cls, n: int = 20) -> CompactionWindow:
+        """The last `n` events of the conversation (the default window, n=20)."""
+        return cls("last_events", n)
+
+    @classmethod
+    def last_turns(cls, n: int) -> CompactionWindow:
+        """The last `n` turns."""
+        return cls("last_turns", n)
+
+    @classmethod
+    def token_budget(cls, n: int) -> CompactionWindow:
+        """The newest events whose tokens fit in `n`, after the pinned events' tokens."""
+        return cls("token_budget", n)
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.size})"
+
+
+class WindowCompactionStrategy:
+    """The one compaction strategy: a window, and optionally a summarizer.
+
+    One pass, whatever the window:
+
+    1. The latest stored system message is pinned first and never summarized; every earlier
+       stored system message is superseded and leaves the view with any pass that cuts.
+    2. The events before the first turn (a preamble) are pinned.
+    3. Without a summarizer a prior summary is pinned and carried forward; with one it is handed
+       over as the prior summary and covered by the new one.
+    4. The window gives a raw cut among the turns; the cut moves forward to the next turn start
+       (a turn is never split), and back to the newest turn when it would cover everything.
+    5. The turns before the cut leave the view; a summary turn stands in for them.
+
+    Pinned events take no slot of an event or turn window and come off a token budget first.
+    Nothing is written when the turns fit the window, when there is no turn to cut at, or when
+    the summarizer declines. Pure: no I/O, no clock.
+
+    Args:
+        window: how much stays; `CompactionWindow.last_events(20)` by default.
+        summarizer: condenses what leaves the view; None for a plain window.
+        token_counter: for a token budget and the saved estimate; the default counter when None.
+    """
+
+    def __init__(
+        self,
+        window: CompactionWindow | None = None,
+        *,
+        summarizer: CompactionSummarizer | None = None,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        self.window = CompactionWindow.last_events(20) if window is None else window
+        if not isinstance(self.window, CompactionWindow):
+            raise InvalidInput("window must be a CompactionWindow")
+        self.summarizer = summarizer
+        self._tokens: EventTokens = event_tokens(token_counter)
+
+    @property
+    def name(self) -> str:
+        """E.g. `window:last_turns(10)+summary`."""
+        return f"window:{self.window}" + ("+summary" if self.summarizer else "")
+
+    def __repr__(self) -> str:
+        return f"WindowCompactionStrategy({self.window}, summarizer={self.summarizer!r})"
+
+    def compact(self, request: CompactionRequest) -> CompactionResult:
+        """One pass over `request.view`. See the class docstring."""
+        view = list(request.view)
+        systems = [e for e in view if e.role == "system"]
+        latest_system = systems[-1] if systems else None
+        first_turn = next((i for i, e in enumerate(view) if e.starts_turn), None)
+        if first_turn is None:
+            return CompactionResult.nothing(view)
+        head = [e for e in view[:first_turn] if e.role != "system"]
+        preamble = [e for e in head if not e.synthetic]
+        prior_summary = [e for e in head if e.synthetic]
+        conversation = [e for e in view[first_turn:] if e.role != "system"]
+
+        pinned = [latest_system] if latest_system is not None else []
+        pinned += preamble
+        if self.summarizer is None:
+            pinned += prior_summary
+
+        cut = self._cut(conversation, pinned)
+        if cut == 0:
+            return CompactionResult.nothing(view)
+        preserved = conversation[cut:]
+        superseded = [e for e in systems if e is not latest_system]
+        covered_turns = conversation[:cut]
+
+        summary_messages: list[Message] = []
+        if self.summarizer is not None:
+            summary_messages = list(
+                self.summarizer(
+                    SummaryRequest(
+                        session=request.session,
+                        prior_summary=tuple(prior_summary),
+                        covered=tuple(_in_view_order(view, superseded + covered_turns)),
+                        preserved=tuple(preserved),
+                    )
+                )
+            )
+            if not summary_messages:
+                return CompactionResult.nothing(view)
+        session_id = request.session.id
+        summary_events = tuple(
+            SessionEvent.for_message(session_id, m, synthetic=True) for m in summary_messages
+        )
+        kept_ids = {id(e) for e in pinned} | {id(e) for e in preserved}
+        covered = tuple(e for e in view if id(e) not in kept_ids)
+        saved = self._tokens.total(covered) - self._tokens.total(summary_events)
+        boundary = CompactionBoundary(
+            id=new_id(),
+            pinned_event_ids=tuple(e.id for e in pinned),
+            summary_event_ids=tuple(e.id for e in summary_events),
+            preserved_event_ids=tuple(e.id for e in preserved),
+            covered_event_count=len(covered),
+            tokens_estimated_saved=saved,
+            strategy=self.name,
+        )
+        return CompactionResult(
+            unchanged=False,
+            covered_events=covered,
+            pinned_events=tuple(pinned),
+            preserved_events=tuple(preserved),
+            summary=tuple(summary_messages),
+            summary_events=summary_events,
+            tokens_estimated_saved=saved,
+            boundary=boundary,
+            view=(*pinned, *summary_events, *preserved),
+        )
+
+    def _cut(self, conversation: Sequence[SessionEvent], pinned: Sequence[SessionEvent]) -> int:
+        """The index in `conversation` of the first kept event; 0 keeps everything."""
+        starts = [i for i, e in enumerate(conversation) if e.starts_turn]
+        size = self.window.size
+        if self.window.kind == "last_turns":
+            return starts[-size] if len(starts) > size else 0
+        if self.window.kind == "last_events":
+            raw = max(0, len(conversation) - size)
+        else:
+            budget = size - self._tokens.total(pinned)
+            raw = len(conversation)
+            if budget > 0:
+                counts = self._tokens.counts(conversation)
+                used = 0
+                while raw > 0 and used + counts[raw - 1] <= budget:
+                    raw -= 1
+                    used += counts[raw]
+        # forward to the next turn start; back to the newest turn when none is left
+        return next((s for s in starts if s >= raw), starts[-1])
+
+
+def _in_view_order(
+    view: Sequence[SessionEvent], events: Sequence[SessionEvent]
+) -> list[SessionEvent]:
+    wanted = {id(e) for e in events}
+    return [e for e in view if id(e) in wanted]

@@ -1,0 +1,82 @@
+"""The errors turnlog raises. Every one of them is a `TurnlogError`.
+
+Each message says what happened and what to do about it. Errors caused by the caller's input are
+`InvalidInput` (also a `ValueError`); errors about state the caller expected to be different are
+`SessionNotFound`, `SessionAlreadyExists` and `VersionConflict`; errors about the store's data or
+connection are `StoreError` and its subclass `CorruptData`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptData",
+    "InvalidInput",
+    "SessionAlreadyExists",
+    "SessionNotFound",
+    "StoreError",
+    "TurnlogError",
+    "VersionConflict",
+]
+
+
+class TurnlogError(Exception):
+    """The root of every error turnlog raises."""
+
+
+class InvalidInput(TurnlogError, ValueError):
+    """The caller passed something turnlog cannot accept. Nothing was written."""
+
+
+class SessionNotFound(TurnlogError, KeyError):
+    """No session has this id. Create it first (`SessionService.create` or `get_or_create`)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(session_id)
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} does not exist: create it first "
+            "(SessionService.create or get_or_create), or check the id"
+        )
+
+
+class SessionAlreadyExists(TurnlogError):
+    """A session with this id exists already. Use `find` or `get_or_create` instead."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} already exists: use find() or get_or_create() to reuse it, "
+            "or pick another id"
+        )
+
+
+class VersionConflict(TurnlogError):
+    """Another writer appended to the session first. Nothing of this write was stored.
+
+    Re-read the session (its `version` and its view), decide again, and retry with the new
+    version.
+
+    Attributes:
+        session_id: the session written to.
+        expected: the version the caller expected the log to have.
+        actual: the version the log had.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"session {session_id!r} is at version {actual}, not the expected {expected}: "
+            "another writer appended first and nothing was written; re-read the session and retry"
+        )
+
+
+class StoreError(TurnlogError):
+    """The store cannot do what was asked: an unreadable database, a lost connection, ..."""
+
+
+class CorruptData(StoreError):
+    """Stored data cannot be read back: a damaged row, or a file that is not a turnlog database."""

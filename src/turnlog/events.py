@@ -1,0 +1,352 @@
+"""Messages, events and sessions: the plain, immutable records of a conversation.
+
+A leaf module: it imports nothing from turnlog but the errors, never reads the clock and does no
+I/O. Timestamps are assigned by the store when an event is appended (or passed by the caller).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Final, Literal, TypeAlias
+
+from turnlog.errors import InvalidInput
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "EventType",
+    "JsonValue",
+    "Message",
+    "Role",
+    "Session",
+    "SessionEvent",
+    "ToolCall",
+    "ToolResult",
+    "check_id",
+    "check_json",
+    "new_id",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+JsonValue: TypeAlias = Any
+"""A value that JSON can carry: dict with str keys, list, str, int, finite float, bool or None."""
+
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+MAX_ID_LENGTH: Final = 255
+_EMPTY: Final[Mapping[str, JsonValue]] = {}
+
+
+def new_id() -> str:
+    """A fresh random event or session id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+def check_id(value: object, what: str) -> str:
+    """Return `value` if it is a usable id, else raise `InvalidInput`.
+
+    An id is a non-blank string of at most 255 characters without control characters.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInput(f"{what} must not be blank")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidInput(f"{what} {value!r} contains a control character")
+    return value
+
+
+def check_json(value: object, what: str) -> None:
+    """Raise `InvalidInput` unless `value` is plain JSON (see `JsonValue`)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > 64:
+            raise InvalidInput(f"{what} is nested more than 64 levels deep")
+        if item is None or isinstance(item, (str, bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidInput(f"{what} holds {item!r}, which JSON cannot carry")
+            continue
+        if isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise InvalidInput(f"{what} has a non-string key {k!r}; JSON keys are strings")
+                stack.append((v, depth + 1))
+            continue
+        raise InvalidInput(
+            f"{what} holds a {type(item).__name__}, which is not JSON: "
+            "use dicts, lists, strings, numbers, booleans and None"
+        )
+
+
+def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, JsonValue]:
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{what} must be a mapping, got {type(value).__name__}")
+    as_dict = dict(value)
+    check_json(as_dict, what)
+    return as_dict
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant asks the application to make."""
+
+    id: str
+    """The provider's call id; the matching `ToolResult.call_id` refers to it."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments as a JSON string, exactly as the model produced them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The application's answer to one `ToolCall`."""
+
+    call_id: str
+    """The id of the call this answers."""
+    name: str
+    """The tool's name."""
+    content: str
+    """What the tool returned, as text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message. Use the constructors `system`, `user`, `assistant` and `tool`."""
+
+    role: Role
+    """Who speaks: "system", "user", "assistant" or "tool"."""
+    text: str | None = None
+    """The text; None for an assistant message that only calls tools, and for a tool message."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls an assistant message makes."""
+    tool_results: tuple[ToolResult, ...] = ()
+    """The results a tool message carries; several for parallel calls."""
+    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    """Free-form JSON the application attaches."""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidInput(
+                f"unknown role {self.role!r}: use one of system, user, assistant, tool"
+            )
+        if self.text is not None and not isinstance(self.text, str):
+            raise InvalidInput(f"message text must be a string, got {type(self.text).__name__}")
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "tool_results", tuple(self.tool_results))
+        if self.tool_calls and self.role != "assistant":
+            raise InvalidInput(f"only an assistant message carries tool calls, not {self.role!r}")
+        if self.tool_results and self.role != "tool":
+            raise InvalidInput(f"only a tool message carries tool results, not {self.role!r}")
+        if self.role == "tool" and not self.tool_results:
+            raise InvalidInput("a tool message needs at least one ToolResult")
+        for call in self.tool_calls:
+            if not isinstance(call, ToolCall):
+                raise InvalidInput(f"tool_calls must hold ToolCall, got {type(call).__name__}")
+        for result in self.tool_results:
+            if not isinstance(result, ToolResult):
+                raise InvalidInput(
+                    f"tool_results must hold ToolResult, got {type(result).__name__}"
+                )
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "message metadata"))
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        """A system prompt."""
+        return cls("system", text)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        """A user message."""
+        return cls("user", text)
+
+    @classmethod
+    def assistant(cls, text: str | None = None, tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant reply: text, tool calls, or both."""
+        return cls("assistant", text, tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, results: Sequence[ToolResult] | ToolResult) -> Message:
+        """A tool message carrying one or several results."""
+        if isinstance(results, ToolResult):
+            results = (results,)
+        return cls("tool", None, tool_results=tuple(results))
+
+
+_TYPE_NAME: Final = re.compile(r"[A-Z][A-Z0-9_.]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """The type of an event: `EventType.MESSAGE`, `EventType.COMPACTION`, or your own.
+
+    Build your own with `EventType.of("ACME.AUDIT")`. An event of your own type carries a JSON
+    payload: it is stored and returned by `EventFilter.all()`, but it is never part of the view
+    and compaction never reads or covers it.
+    """
+
+    name: str
+
+    MESSAGE: ClassVar[EventType]
+    COMPACTION: ClassVar[EventType]
+
+    @classmethod
+    def of(cls, name: str) -> EventType:
+        """The event type called `name`.
+
+        Raises:
+            InvalidInput: unless `name` is 1-64 upper-case letters, digits, `_` or `.`,
+                starting with a letter.
+        """
+        if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
+            raise InvalidInput(
+                f"invalid event type name {name!r}: use 1-64 upper-case letters, digits, '_' "
+                "and '.', starting with a letter (for example 'ACME.AUDIT')"
+            )
+        return cls(name)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+EventType.MESSAGE = EventType("MESSAGE")
+EventType.COMPACTION = EventType("COMPACTION")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    """One entry of a session's log. Build it with `for_message` or `for_payload`."""
+
+    id: str
+    """Unique across all sessions of a store. Appending an id again is a no-op."""
+    session_id: str
+    """The session whose log holds the event."""
+    type: EventType
+    """MESSAGE, COMPACTION, or a type of the application's."""
+    message: Message | None = None
+    """The message, for a MESSAGE event."""
+    payload: JsonValue = None
+    """The JSON payload, for every other type."""
+    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    """Free-form JSON the application attaches."""
+    synthetic: bool = False
+    """True for the summary events a compaction writes."""
+    seq: int | None = None
+    """1-based position in the session's log, assigned by the store; None before it is stored."""
+    timestamp: datetime | None = None
+    """When it was stored (UTC), assigned by the store unless the caller gave one."""
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "event id")
+        check_id(self.session_id, "session id")
+        if not isinstance(self.type, EventType):
+            raise InvalidInput(f"event type must be an EventType, got {type(self.type).__name__}")
+        if self.type == EventType.MESSAGE:
+            if not isinstance(self.message, Message):
+                raise InvalidInput("a MESSAGE event needs a Message")
+            if self.payload is not None:
+                raise InvalidInput("a MESSAGE event carries a message, not a payload")
+        else:
+            if self.message is not None:
+                raise InvalidInput(f"a {self.type.name} event carries a payload, not a message")
+            check_json(self.payload, f"the payload of event {self.id!r}")
+        if self.synthetic and self.type != EventType.MESSAGE:
+            raise InvalidInput("only message events can be synthetic")
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))
+        if self.timestamp is not None and self.timestamp.utcoffset() is None:
+            raise InvalidInput("event timestamps must be timezone-aware (UTC)")
+
+    @classmethod
+    def for_message(
+        cls,
+        session_id: str,
+        message: Message,
+        *,
+        event_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        synthetic: bool = False,
+        timestamp: datetime | None = None,
+    ) -> SessionEvent:
+        """A MESSAGE event, with a fresh id unless `event_id` is given."""
+        return cls(
+            id=new_id() if event_id is None else event_id,
+            session_id=session_id,
+            type=EventType.MESSAGE,
+            message=message,
+            metadata=metadata or _EMPTY,
+            synthetic=synthetic,
+            timestamp=timestamp,
+        )
+
+    @classmethod
+    def for_payload(
+        cls,
+        session_id: str,
+        event_type: EventType,
+        payload: JsonValue,
+        *,
+        event_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        timestamp: datetime | None = None,
+    ) -> SessionEvent:
+        """An event of a non-message type carrying a JSON payload."""
+        if event_type == EventType.MESSAGE:
+            raise InvalidInput("use SessionEvent.for_message for MESSAGE events")
+        return cls(
+            id=new_id() if event_id is None else event_id,
+            session_id=session_id,
+            type=event_type,
+            payload=payload,
+            metadata=metadata or _EMPTY,
+            timestamp=timestamp,
+        )
+
+    @property
+    def is_message(self) -> bool:
+        """True for a MESSAGE event."""
+        return self.message is not None
+
+    @property
+    def role(self) -> Role | None:
+        """The message's role, or None for a non-message event."""
+        return None if self.message is None else self.message.role
+
+    @property
+    def starts_turn(self) -> bool:
+        """True for a non-synthetic user message: the start of a turn."""
+        return not self.synthetic and self.message is not None and self.message.role == "user"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A conversation: its id, when it was created, when it expires, and metadata."""
+
+    id: str
+    """The session id."""
+    created_at: datetime
+    """When it was created (UTC)."""
+    expires_at: datetime | None = None
+    """When `delete_expired` may delete it; None to keep it."""
+    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    """Free-form JSON; stores can find sessions by a metadata key (`find_by_metadata`)."""
+
+    def __post_init__(self) -> None:
+        check_id(self.id, "session id")
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "session metadata"))
+        for name in ("created_at", "expires_at"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+                raise InvalidInput(f"session {name} must be a timezone-aware datetime")

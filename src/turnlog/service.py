@@ -1,0 +1,222 @@
+"""`SessionService`: the one place where stores and compaction meet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from turnlog.compaction import (
+    CompactionRequest,
+    CompactionResult,
+    CompactionStrategy,
+    CompactionTrigger,
+    sent_events,
+)
+from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
+from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
+from turnlog.stores.base import Clock, EventFilter, SessionStore, utc_now
+
+__all__ = ["SessionService"]
+
+
+class SessionService:
+    """Sessions, their logs, their views, and compaction, over one store.
+
+    Args:
+        store: where sessions live; None opens `SqliteStore("turnlog.db")` in the working
+            directory.
+        clock: the time used for `created_at`, `ttl` and `delete_expired()`.
+    """
+
+    def __init__(self, store: SessionStore | None = None, *, clock: Clock = utc_now) -> None:
+        if store is None:
+            from turnlog.stores.sqlite import SqliteStore
+
+            store = SqliteStore("turnlog.db")
+        self.store = store
+        self._clock = clock
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    def __enter__(self) -> SessionService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def create(
+        self,
+        session_id: str | None = None,
+        *,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> Session:
+        """Create a session (with a fresh id unless one is given).
+
+        Args:
+            session_id: the id; a random one when None.
+            ttl: how long until `delete_expired` may delete it; None keeps it.
+            metadata: JSON the application attaches.
+
+        Raises:
+            SessionAlreadyExists: the id is taken.
+            InvalidInput: a blank or over-long id, a ttl <= 0, non-JSON metadata.
+        """
+        session = self._new_session(session_id, ttl, metadata)
+        self.store.create_session(session)
+        return session
+
+    def _new_session(
+        self,
+        session_id: str | None,
+        ttl: timedelta | None,
+        metadata: Mapping[str, JsonValue] | None,
+    ) -> Session:
+        if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
+            raise InvalidInput(f"ttl must be a positive timedelta, got {ttl!r}")
+        now = self._clock()
+        return Session(
+            id=new_id() if session_id is None else check_id(session_id, "session id"),
+            created_at=now,
+            expires_at=None if ttl is None else now + ttl,
+            metadata=metadata or {},
+        )
+
+    def find(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        return self.store.find_session(session_id)
+
+    def get(self, session_id: str) -> Session:
+        """The session. Raises `SessionNotFound`."""
+        session = self.store.find_session(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    def get_or_create(
+        self,
+        session_id: str,
+        *,
+        ttl: timedelta | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> Session:
+        """The session, created (with `ttl` and `metadata`) when it does not exist yet."""
+        found = self.store.find_session(session_id)
+        if found is not None:
+            return found
+        try:
+            return self.create(session_id, ttl=ttl, metadata=metadata)
+        except SessionAlreadyExists:  # created meanwhile by another writer
+            return self.get(session_id)
+
+    def sessions(self, *, limit: int | None = None) -> list[Session]:
+        """Sessions, newest first."""
+        return self.store.list_sessions(limit=limit)
+
+    def delete(self, session_id: str) -> bool:
+        """Delete a session and its log; False when there was none."""
+        return self.store.delete_session(session_id)
+
+    def delete_expired(self, before: datetime | None = None) -> int:
+        """Delete the sessions that expire at or before `before` (now by default)."""
+        return self.store.delete_expired(self._clock() if before is None else before)
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """The sessions whose metadata has `name` equal to `value`."""
+        return self.store.find_by_metadata(name, value)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def append_message(
+        self,
+        session_id: str,
+        message: Message,
+        *,
+        event_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> SessionEvent:
+        """Append a message at the end of the log; returns the stored event (with its seq).
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: a bad message, id or metadata; nothing is written.
+        """
+        if not isinstance(message, Message):
+            raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
+        event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
+        return self.store.append_event(event)
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        """Append one event at the end of the log, whatever the version."""
+        return self.store.append_event(event)
+
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        """Append all of `events` or none, if the log is at `expected_version`.
+
+        Returns:
+            The new version.
+
+        Raises:
+            VersionConflict: another writer appended first; nothing was written.
+        """
+        return self.store.append_events(session_id, events, expected_version)
+
+    def version(self, session_id: str) -> int:
+        """The number of events in the session's log."""
+        return self.store.version(session_id)
+
+    def events(self, session_id: str, filter: EventFilter | None = None) -> list[SessionEvent]:
+        """The session's events: the whole log by default, oldest first."""
+        return self.store.events(session_id, filter)
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        """The active view: what the model sees, in order."""
+        return self.store.view(session_id)
+
+    def view_messages(self, session_id: str) -> list[Message]:
+        """The messages to send a model: the latest system message first, then the rest.
+
+        Superseded system messages are not sent.
+        """
+        return [e.message for e in sent_events(self.store.view(session_id)) if e.message]
+
+    # -- compaction -------------------------------------------------------------------------
+
+    def compact(
+        self, session_id: str, trigger: CompactionTrigger, strategy: CompactionStrategy
+    ) -> CompactionResult:
+        """Compact the session if `trigger` fires.
+
+        Reads the version, then the view; evaluates the trigger; runs the strategy; writes the
+        boundary and the summary events in one version-checked append.
+
+        Returns:
+            The result. Unchanged when the trigger did not fire or nothing left the view;
+            unchanged with `conflict=True` when another writer appended meanwhile (nothing was
+            written, nothing raised: compact again if you still want to).
+
+        Raises:
+            SessionNotFound: no such session.
+            Exception: whatever the summarizer raised; nothing was written.
+        """
+        session = self.get(session_id)
+        version = self.store.version(session_id)
+        view = self.store.view(session_id)
+        request = CompactionRequest.of(session, view)
+        if not trigger(request):
+            return CompactionResult.nothing(view)
+        result = strategy.compact(request)
+        to_append = result.events_to_append(session_id)
+        if not to_append:
+            return result
+        try:
+            self.store.append_events(session_id, to_append, version)
+        except VersionConflict:
+            return result.as_conflict()
+        return result

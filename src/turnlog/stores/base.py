@@ -1,0 +1,271 @@
+"""The `SessionStore` protocol, `EventFilter`, and the rules every store shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Protocol, overload, runtime_checkable
+
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import InvalidInput
+from turnlog.events import EventType, Role, Session, SessionEvent, check_id
+
+__all__ = [
+    "Clock",
+    "EventFilter",
+    "SessionStore",
+    "apply_filter",
+    "check_batch",
+    "check_boundaries",
+    "check_version",
+    "utc_now",
+]
+
+Clock = Callable[[], datetime]
+"""Returns the current time, timezone-aware."""
+
+
+def utc_now() -> datetime:
+    """The current UTC time (the stores' default clock)."""
+    return datetime.now(UTC)
+
+
+class _LastN:
+    """`EventFilter.last_n(n)` builds a filter; `flt.last_n` reads the number (or None)."""
+
+    @overload
+    def __get__(self, obj: None, owner: type[EventFilter]) -> Callable[[int], EventFilter]: ...
+
+    @overload
+    def __get__(self, obj: EventFilter, owner: type[EventFilter]) -> int | None: ...
+
+    def __get__(
+        self, obj: EventFilter | None, owner: type[EventFilter]
+    ) -> Callable[[int], EventFilter] | int | None:
+        if obj is None:
+            return lambda n: owner(last_n=n)
+        return obj._last_n
+
+
+class EventFilter:
+    """Which events of a session to read.
+
+    Args:
+        active_view: only the events of the active view, in view order (else the whole log).
+        event_types: only events of these types.
+        roles: only message events with these roles.
+        exclude_synthetic: leave out the summary events compactions wrote.
+        last_n: the newest `n` matching events, extended back to the start of the turn the
+            window lands in (so a turn is never cut).
+
+    Raises:
+        InvalidInput: `last_n` is not a positive integer.
+    """
+
+    __slots__ = ("_last_n", "active_view", "event_types", "exclude_synthetic", "roles")
+
+    last_n = _LastN()
+
+    def __init__(
+        self,
+        active_view: bool = False,
+        event_types: Iterable[EventType] | None = None,
+        roles: Iterable[Role] | None = None,
+        exclude_synthetic: bool = False,
+        last_n: int | None = None,
+    ) -> None:
+        if last_n is not None and (
+            isinstance(last_n, bool) or not isinstance(last_n, int) or last_n <= 0
+        ):
+            raise InvalidInput(f"last_n must be a positive integer, got {last_n!r}")
+        self.active_view = bool(active_view)
+        self.event_types = None if event_types is None else frozenset(event_types)
+        self.roles: frozenset[Role] | None = None if roles is None else frozenset(roles)
+        self.exclude_synthetic = bool(exclude_synthetic)
+        self._last_n = last_n
+
+    @classmethod
+    def all(cls) -> EventFilter:
+        """Every event of the log, oldest first."""
+        return cls()
+
+    @classmethod
+    def active(cls) -> EventFilter:
+        """The active view."""
+        return cls(active_view=True)
+
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self.active_view,
+            self.event_types,
+            self.roles,
+            self.exclude_synthetic,
+            self._last_n,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EventFilter) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"EventFilter(active_view={self.active_view}, event_types={self.event_types}, "
+            f"roles={self.roles}, exclude_synthetic={self.exclude_synthetic}, "
+            f"last_n={self._last_n})"
+        )
+
+
+def apply_filter(events: Sequence[SessionEvent], flt: EventFilter) -> list[SessionEvent]:
+    """`events` (a log or a view, in order) narrowed by everything in `flt` but `active_view`."""
+    out = [
+        e
+        for e in events
+        if (flt.event_types is None or e.type in flt.event_types)
+        and (flt.roles is None or e.role in flt.roles)
+        and not (flt.exclude_synthetic and e.synthetic)
+    ]
+    last_n = flt.last_n
+    if last_n is None or len(out) <= last_n:
+        return out
+    start = len(out) - last_n
+    back = start
+    while back >= 0 and not out[back].starts_turn:
+        back -= 1
+    return out[back if back >= 0 else start :]
+
+
+def check_batch(
+    session_id: str, events: Iterable[SessionEvent], expected_version: int
+) -> list[SessionEvent]:
+    """Validate a batch before any write; returns it as a list.
+
+    Raises:
+        InvalidInput: an event of another session, a repeated id, a bad version.
+    """
+    check_id(session_id, "session id")
+    check_version(expected_version)
+    batch = list(events)
+    seen: set[str] = set()
+    for event in batch:
+        if not isinstance(event, SessionEvent):
+            raise InvalidInput(f"expected SessionEvent, got {type(event).__name__}")
+        if event.session_id != session_id:
+            raise InvalidInput(
+                f"event {event.id!r} belongs to session {event.session_id!r}, not {session_id!r}"
+            )
+        if event.id in seen:
+            raise InvalidInput(f"event id {event.id!r} appears twice in one batch")
+        seen.add(event.id)
+    return batch
+
+
+def check_version(expected_version: object) -> int:
+    """Raise `InvalidInput` unless `expected_version` is an integer >= 0."""
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 0
+    ):
+        raise InvalidInput(f"expected_version must be an integer >= 0, got {expected_version!r}")
+    return expected_version
+
+
+def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]], set[str]]) -> None:
+    """Check that each COMPACTION event of `batch` names only events the log will hold.
+
+    Args:
+        batch: the events about to be appended.
+        known: given ids, returns those the session's log already holds as message events.
+
+    Raises:
+        InvalidInput: a boundary payload is malformed or names an unknown event.
+    """
+    for at, event in enumerate(batch):
+        if event.type != EventType.COMPACTION:
+            continue
+        try:
+            boundary = CompactionBoundary.from_event(event)
+        except Exception as exc:
+            raise InvalidInput(f"compaction event {event.id!r} is malformed: {exc}") from exc
+        earlier = {e.id for e in batch[:at] if e.message is not None}
+        later = {e.id for e in batch[at + 1 :] if e.message is not None}
+        names = [i for i in boundary.view_event_ids if i not in earlier]
+        missing = set(names) - later - known(names)
+        if missing:
+            raise InvalidInput(
+                f"compaction event {event.id!r} names events that are not message events of "
+                f"this session: {', '.join(sorted(missing)[:5])}"
+            )
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where sessions and their logs live. Synchronous; every implementation is thread-safe.
+
+    Versions: a session's version is the number of events in its log (0 when new). Appends are
+    all or nothing. Every store passes `turnlog.testing.StoreContract`.
+    """
+
+    def create_session(self, session: Session) -> None:
+        """Store a new session. Raises `SessionAlreadyExists`."""
+        ...
+
+    def save_session(self, session: Session) -> None:
+        """Create a session or replace its expiry and metadata (its log is untouched)."""
+        ...
+
+    def find_session(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        ...
+
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        """Sessions, newest first."""
+        ...
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its log; False when there was none."""
+        ...
+
+    def delete_expired(self, before: datetime) -> int:
+        """Delete the sessions (and logs) that expire at or before `before`; returns how many."""
+        ...
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """The sessions whose metadata has `name` equal to `value`."""
+        ...
+
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        """Append all of `events` or none; returns the new version.
+
+        Events whose id the session holds already are skipped (a retry is a no-op).
+
+        Raises:
+            SessionNotFound: no such session.
+            VersionConflict: the log is not at `expected_version`; nothing was written.
+            InvalidInput: a bad batch, or an id that another session holds.
+        """
+        ...
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        """Append one event at the end, whatever the version; returns it as stored."""
+        ...
+
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        """The session's events (the whole log by default), oldest first."""
+        ...
+
+    def version(self, session_id: str) -> int:
+        """The number of events in the session's log."""
+        ...
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        """The active view, in view order; reads only what it returns (and the newest boundary)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...

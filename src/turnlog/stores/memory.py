@@ -1,0 +1,190 @@
+"""`MemoryStore`: sessions in a dict, for tests and short-lived processes. Thread-safe."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
+from turnlog.events import EventType, Session, SessionEvent
+from turnlog.stores.base import (
+    Clock,
+    EventFilter,
+    apply_filter,
+    check_batch,
+    check_boundaries,
+    utc_now,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Log:
+    session: Session
+    events: list[SessionEvent] = field(default_factory=list)
+    by_id: dict[str, SessionEvent] = field(default_factory=dict)
+    boundary_at: int = -1  # index of the newest COMPACTION event
+
+
+class MemoryStore:
+    """Keeps everything in memory; it is gone when the process ends.
+
+    It applies the same rules as every other store, under one lock: versions, all-or-nothing
+    batches, idempotent ids, and event ids unique across sessions.
+
+    Args:
+        clock: stamps events appended without a timestamp.
+    """
+
+    def __init__(self, *, clock: Clock = utc_now) -> None:
+        self._clock = clock
+        self._logs: dict[str, _Log] = {}
+        self._owner: dict[str, str] = {}  # event id -> session id
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _log(self, session_id: str) -> _Log:
+        log = self._logs.get(session_id)
+        if log is None:
+            raise SessionNotFound(session_id)
+        return log
+
+    def create_session(self, session: Session) -> None:
+        with self._lock:
+            if session.id in self._logs:
+                raise SessionAlreadyExists(session.id)
+            self._logs[session.id] = _Log(session)
+
+    def save_session(self, session: Session) -> None:
+        with self._lock:
+            log = self._logs.get(session.id)
+            if log is None:
+                self._logs[session.id] = _Log(session)
+            else:
+                log.session = replace(session, created_at=log.session.created_at)
+
+    def find_session(self, session_id: str) -> Session | None:
+        with self._lock:
+            log = self._logs.get(session_id)
+            return None if log is None else log.session
+
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        with self._lock:
+            sessions = sorted(
+                (log.session for log in self._logs.values()),
+                key=lambda s: (s.created_at, s.id),
+                reverse=True,
+            )
+        return sessions if limit is None else sessions[:limit]
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._lock:
+            log = self._logs.pop(session_id, None)
+            if log is None:
+                return False
+            for event_id in log.by_id:
+                self._owner.pop(event_id, None)
+            return True
+
+    def delete_expired(self, before: datetime) -> int:
+        with self._lock:
+            doomed = [
+                sid
+                for sid, log in self._logs.items()
+                if log.session.expires_at is not None and log.session.expires_at <= before
+            ]
+            for sid in doomed:
+                self.delete_session(sid)
+            return len(doomed)
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        with self._lock:
+            return [
+                log.session
+                for log in self._logs.values()
+                if name in log.session.metadata and _same(log.session.metadata[name], value)
+            ]
+
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        batch = check_batch(session_id, events, expected_version)
+        with self._lock:
+            log = self._log(session_id)
+            fresh = []
+            for event in batch:
+                owner = self._owner.get(event.id)
+                if owner is None:
+                    fresh.append(event)
+                elif owner != session_id:
+                    raise InvalidInput(
+                        f"event id {event.id!r} belongs to another session; ids are unique "
+                        "across sessions"
+                    )
+            actual = len(log.events)
+            if not fresh:
+                return actual
+            if actual != expected_version:
+                raise VersionConflict(session_id, expected_version, actual)
+
+            def known(ids: list[str]) -> set[str]:
+                return {i for i in ids if i in log.by_id and log.by_id[i].message is not None}
+
+            check_boundaries(fresh, known)
+            now = self._clock()
+            for offset, event in enumerate(fresh, start=actual + 1):
+                stored = replace(event, seq=offset, timestamp=event.timestamp or now)
+                log.events.append(stored)
+                log.by_id[stored.id] = stored
+                self._owner[stored.id] = session_id
+                if stored.type == EventType.COMPACTION:
+                    log.boundary_at = offset - 1
+            return len(log.events)
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        with self._lock:
+            log = self._log(event.session_id)
+            if event.id in log.by_id:
+                return log.by_id[event.id]
+            self.append_events(event.session_id, [event], len(log.events))
+            return log.events[-1]
+
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        flt = EventFilter.all() if flt is None else flt
+        if flt.active_view:
+            return apply_filter(self.view(session_id), flt)
+        with self._lock:
+            log = list(self._log(session_id).events)
+        return apply_filter(log, flt)
+
+    def version(self, session_id: str) -> int:
+        with self._lock:
+            return len(self._log(session_id).events)
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        with self._lock:
+            log = self._log(session_id)
+            if log.boundary_at < 0:
+                return [e for e in log.events if e.message is not None]
+            boundary_event = log.events[log.boundary_at]
+            boundary = CompactionBoundary.from_event(boundary_event)
+            named = [log.by_id[i] for i in boundary.view_event_ids if i in log.by_id]
+            after = log.events[log.boundary_at + 1 :]
+        part = sorted({e.id: e for e in named}.values(), key=lambda e: e.seq or 0)
+        return CompactionBoundary.project([*part, boundary_event, *after])
+
+
+def _same(stored: object, value: object) -> bool:
+    return type(stored) is type(value) and stored == value

@@ -1,0 +1,524 @@
+"""`SqliteStore`: the embedded default, one SQLite file.
+
+WAL journal, a busy timeout, and `BEGIN IMMEDIATE` for every write, so writers in several threads
+or processes queue for the lock instead of failing with "database is locked". The primary key
+`(session_id, seq)` guards versions; the unique index on `id` keeps ids unique across sessions.
+The session row points at its newest boundary, so reading the view reads the boundary, the
+events it names and what came after: never the covered history.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from turnlog.codec import decode_event, dump_json, encode_body, from_micros, load_json, to_micros
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import (
+    CorruptData,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StoreError,
+    VersionConflict,
+)
+from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.stores.base import (
+    Clock,
+    EventFilter,
+    apply_filter,
+    check_batch,
+    check_boundaries,
+    utc_now,
+)
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+SCHEMA_VERSION: Final = 1
+
+_SCHEMA: Final = """
+CREATE TABLE turnlog_schema (version INTEGER NOT NULL);
+CREATE TABLE turnlog_sessions (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    metadata TEXT NOT NULL,
+    boundary_seq INTEGER
+) WITHOUT ROWID;
+CREATE INDEX turnlog_sessions_expiry ON turnlog_sessions (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE TABLE turnlog_events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    timestamp INTEGER NOT NULL,
+    role TEXT,
+    synthetic INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
+"""
+
+_COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
+_CHUNK: Final = 500
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+
+class SqliteStore:
+    """Sessions in one SQLite file; safe across threads and processes.
+
+    Args:
+        path: the database file (created with its schema when missing); ":memory:" is refused,
+            use `MemoryStore`.
+        busy_timeout: seconds a writer waits for the lock before giving up with `StoreError`.
+        synchronous: SQLite's `synchronous` setting. "NORMAL" (the default, with WAL) survives
+            an application crash; a power loss may lose the last commits. "FULL" survives both.
+        clock: stamps events appended without a timestamp.
+
+    Raises:
+        CorruptData: the file is not a SQLite database, or a database of something else.
+        StoreError: it was made by a newer turnlog, or cannot be opened.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = "turnlog.db",
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: Synchronous = "NORMAL",
+        clock: Clock = utc_now,
+    ) -> None:
+        if str(path) == ":memory:":
+            raise InvalidInput("SqliteStore needs a file; use MemoryStore for an in-memory store")
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise InvalidInput(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._synchronous = synchronous
+        self._clock = clock
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        self._ensure_schema()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError(f"the store on {self.path} is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None, cached_statements=64
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        except sqlite3.DatabaseError as exc:
+            raise _translate(exc, self.path) from exc
+        self._local.conn = conn
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened (in any thread)."""
+        self._closed = True
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            raise _translate(exc, self.path) from exc
+        try:
+            yield conn
+        except sqlite3.DatabaseError as exc:
+            conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from exc
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            conn.execute("ROLLBACK")
+            raise _translate(exc, self.path) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise _translate(exc, self.path) from exc
+
+    def _ensure_schema(self) -> None:
+        with self._write() as conn:
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
+            if "turnlog_schema" not in tables:
+                if tables:
+                    raise CorruptData(
+                        f"{self.path} is a SQLite database of something else (it holds the "
+                        f"tables {', '.join(sorted(tables)[:5])}): point turnlog at its own file"
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO turnlog_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+            row = conn.execute("SELECT max(version) FROM turnlog_schema").fetchone()
+            found = row[0] if row else None
+            if found is None or not isinstance(found, int):
+                raise CorruptData(f"{self.path}: the turnlog schema version is missing or damaged")
+            if found > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {found}, made by a newer turnlog than this "
+                    f"one (which knows up to {SCHEMA_VERSION}): upgrade turnlog"
+                )
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def create_session(self, session: Session) -> None:
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
+                    "VALUES (?, ?, ?, ?)",
+                    _session_row(session),
+                )
+            except sqlite3.IntegrityError:
+                raise SessionAlreadyExists(session.id) from None
+
+    def save_session(self, session: Session) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                "expires_at = excluded.expires_at, metadata = excluded.metadata",
+                _session_row(session),
+            )
+
+    def find_session(self, session_id: str) -> Session | None:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+        return None if row is None else _session(row)
+
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions "
+                "ORDER BY created_at DESC, id DESC LIMIT ?",
+                (-1 if limit is None else limit,),
+            ).fetchall()
+        return [_session(r) for r in rows]
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._write() as conn:
+            conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
+            cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
+            return cur.rowcount > 0
+
+    def delete_expired(self, before: datetime) -> int:
+        cutoff = to_micros(before)
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM turnlog_events WHERE session_id IN (SELECT id FROM turnlog_sessions "
+                "WHERE expires_at IS NOT NULL AND expires_at <= ?)",
+                (cutoff,),
+            )
+            cur = conn.execute(
+                "DELETE FROM turnlog_sessions WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                (cutoff,),
+            )
+            return cur.rowcount
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """Any metadata key can be searched; the lookup scans the sessions table."""
+        if not isinstance(name, str):
+            raise InvalidInput("a metadata key is a string")
+        wanted: str | int | None
+        if isinstance(value, bool):
+            type_name, wanted = ("true" if value else "false"), None
+        elif isinstance(value, int):
+            type_name, wanted = "integer", value
+        elif isinstance(value, str):
+            type_name, wanted = "text", value
+        else:
+            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT s.id, s.created_at, s.expires_at, s.metadata FROM turnlog_sessions s "
+                "WHERE EXISTS (SELECT 1 FROM json_each(s.metadata) j WHERE j.key = ? "
+                "AND j.type = ? AND (? IS NULL OR j.value = ?)) ORDER BY s.created_at, s.id",
+                (name, type_name, wanted, wanted),
+            ).fetchall()
+        return [_session(r) for r in rows]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        batch = check_batch(session_id, events, expected_version)
+        bodies = [encode_body(e) for e in batch]
+        with self._write() as conn:
+            version = self._locked_version(conn, session_id)
+            if not batch:
+                return version
+            taken = self._owners(conn, [e.id for e in batch])
+            if taken:
+                foreign = [i for i, owner in taken.items() if owner != session_id]
+                if foreign:
+                    raise InvalidInput(
+                        f"event id {foreign[0]!r} belongs to another session; ids are unique "
+                        "across sessions"
+                    )
+                keep = [i for i, e in enumerate(batch) if e.id not in taken]
+                batch = [batch[i] for i in keep]
+                bodies = [bodies[i] for i in keep]
+                if not batch:
+                    return version
+            if version != expected_version:
+                raise VersionConflict(session_id, expected_version, version)
+            if any(e.type == EventType.COMPACTION for e in batch):
+                check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
+            now = to_micros(self._clock())
+            rows = [
+                (
+                    session_id,
+                    seq,
+                    e.id,
+                    e.type.name,
+                    now if e.timestamp is None else to_micros(e.timestamp),
+                    e.role,
+                    int(e.synthetic),
+                    body,
+                )
+                for seq, (e, body) in enumerate(zip(batch, bodies, strict=True), start=version + 1)
+            ]
+            try:
+                conn.executemany(
+                    "INSERT INTO turnlog_events "
+                    "(session_id, seq, id, type, timestamp, role, synthetic, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+            except sqlite3.IntegrityError:
+                actual = self._locked_version(conn, session_id)
+                raise VersionConflict(session_id, expected_version, actual) from None
+            boundary_seq = max(
+                (r[1] for r in rows if r[3] == EventType.COMPACTION.name), default=None
+            )
+            if boundary_seq is not None:
+                conn.execute(
+                    "UPDATE turnlog_sessions SET boundary_seq = ? WHERE id = ?",
+                    (boundary_seq, session_id),
+                )
+            return version + len(rows)
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        while True:
+            version = self.version(event.session_id)
+            try:
+                self.append_events(event.session_id, [event], version)
+            except VersionConflict:
+                continue
+            stored = self._event_by_id(event.session_id, event.id)
+            assert stored is not None
+            return stored
+
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        flt = EventFilter.all() if flt is None else flt
+        if flt.active_view:
+            return apply_filter(self.view(session_id), flt)
+        with self._read() as conn:
+            self._check_session(conn, session_id)
+            if flt.event_types is not None and flt.last_n is None:
+                names = sorted(t.name for t in flt.event_types)
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND type IN "
+                    f"({','.join('?' * len(names))}) ORDER BY seq",
+                    (session_id, *names),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+        return apply_filter([_event(r) for r in rows], flt)
+
+    def version(self, session_id: str) -> int:
+        with self._read() as conn:
+            return self._locked_version(conn, session_id)
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT boundary_seq FROM turnlog_sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            boundary_seq = row[0]
+            if boundary_seq is None:
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? "
+                    "AND type = 'MESSAGE' ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+                return [_event(r) for r in rows]
+            brow = conn.execute(
+                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
+                (session_id, boundary_seq),
+            ).fetchone()
+            if brow is None:
+                raise CorruptData(
+                    f"session {session_id!r} points at boundary seq {boundary_seq}, which is "
+                    "missing: the database is damaged"
+                )
+            boundary_event = _event(brow)
+            boundary = CompactionBoundary.from_event(boundary_event)
+            named = self._by_ids(conn, session_id, list(boundary.pinned_event_ids))
+            named += self._by_ids(conn, session_id, list(boundary.preserved_event_ids))
+            after = conn.execute(
+                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
+                "AND type = 'MESSAGE' ORDER BY seq",
+                (session_id, boundary_seq),
+            ).fetchall()
+        before = sorted(
+            {e.id: e for e in (_event(r) for r in named) if (e.seq or 0) < boundary_seq}.values(),
+            key=lambda e: e.seq or 0,
+        )
+        return CompactionBoundary.project([*before, boundary_event, *(_event(r) for r in after)])
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _locked_version(self, conn: sqlite3.Connection, session_id: str) -> int:
+        row = conn.execute(
+            "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
+            "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)",
+            (session_id,),
+        ).fetchone()
+        if not row[1]:
+            raise SessionNotFound(session_id)
+        return int(row[0] or 0)
+
+    def _check_session(self, conn: sqlite3.Connection, session_id: str) -> None:
+        if conn.execute("SELECT 1 FROM turnlog_sessions WHERE id = ?", (session_id,)).fetchone():
+            return
+        raise SessionNotFound(session_id)
+
+    def _owners(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            owners.update(
+                conn.execute(
+                    "SELECT id, session_id FROM turnlog_events WHERE id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+        return owners
+
+    def _by_ids(self, conn: sqlite3.Connection, session_id: str, ids: list[str]) -> list[Any]:
+        rows: list[Any] = []
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            rows += conn.execute(
+                f"SELECT {_COLUMNS} FROM turnlog_events WHERE id IN "
+                f"({','.join('?' * len(chunk))}) AND session_id = ?",
+                (*chunk, session_id),
+            ).fetchall()
+        return rows
+
+    def _message_ids(self, conn: sqlite3.Connection, session_id: str, ids: list[str]) -> set[str]:
+        return {r[0] for r in self._by_ids(conn, session_id, ids) if r[3] == EventType.MESSAGE.name}
+
+    def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
+        with self._read() as conn:
+            rows = self._by_ids(conn, session_id, [event_id])
+        return _event(rows[0]) if rows else None
+
+
+def _session_row(session: Session) -> tuple[Any, ...]:
+    return (
+        check_id(session.id, "session id"),
+        to_micros(session.created_at),
+        None if session.expires_at is None else to_micros(session.expires_at),
+        dump_json(dict(session.metadata)),
+    )
+
+
+def _session(row: Any) -> Session:
+    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
+    if not isinstance(metadata, dict):
+        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
+    return Session(
+        id=row[0],
+        created_at=from_micros(row[1]),
+        expires_at=None if row[2] is None else from_micros(row[2]),
+        metadata=metadata,
+    )
+
+
+def _event(row: Any) -> SessionEvent:
+    return decode_event(
+        event_id=row[0],
+        session_id=row[1],
+        seq=row[2],
+        type_name=row[3],
+        timestamp_micros=row[4],
+        synthetic=row[5],
+        body=row[6],
+    )
+
+
+def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return CorruptData(
+            f"{path} is not a readable SQLite database ({text}): check the path, or restore the "
+            "file from a backup"
+        )
+    if "locked" in text or "busy" in text:
+        return StoreError(
+            f"{path} stayed locked by another writer past the busy timeout ({text}): "
+            "retry, or raise busy_timeout"
+        )
+    return StoreError(f"SQLite error on {path}: {text}")

@@ -1,0 +1,220 @@
+"""Token counting: the `TokenCounter` protocol, the counters, and the per-event count cache.
+
+The default counter is exact o200k_base BPE from the `toktok-rs` package, which bundles its
+vocabulary and never downloads anything. Where that package cannot be imported the default falls
+back to ceil(utf-8 bytes / 4) and warns once.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from turnlog.events import SessionEvent
+from turnlog.text import event_text
+
+__all__ = [
+    "ByteEstimateCounter",
+    "CharCounter",
+    "EventTokens",
+    "O200kCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "default_counter",
+    "event_tokens",
+]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything with `count(text) -> int`."""
+
+    def count(self, text: str) -> int:
+        """The number of tokens in `text`."""
+        ...
+
+
+class CharCounter:
+    """One token per character: predictable counts for tests and worked examples."""
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+    def __repr__(self) -> str:
+        return "CharCounter()"
+
+
+class ByteEstimateCounter:
+    """ceil(utf-8 bytes / 4): a rough estimate that needs nothing."""
+
+    def count(self, text: str) -> int:
+        return -(-len(text.encode("utf-8")) // 4)
+
+    def __repr__(self) -> str:
+        return "ByteEstimateCounter()"
+
+
+class O200kCounter:
+    """Exact o200k_base counts (GPT-4o, GPT-4.1, o-series, GPT-5), offline, via `toktok-rs`.
+
+    Raises:
+        ImportError: when `toktok-rs` is not installed.
+    """
+
+    def __init__(self) -> None:
+        import toktok  # the vocabulary is compiled into the extension: nothing is downloaded
+
+        self._batch_count = toktok.batch_count
+
+    def count(self, text: str) -> int:
+        return int(self._batch_count((text,), "o200k_base", 1)[0])
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        """Counts for many texts in one call (faster than one call per text)."""
+        return [int(n) for n in self._batch_count(texts, "o200k_base", 1)]
+
+    def __repr__(self) -> str:
+        return "O200kCounter()"
+
+
+class TiktokenCounter:
+    """Counts with `tiktoken`, for users who have it and its vocabulary files.
+
+    Args:
+        encoding: a tiktoken encoding name.
+
+    Note that tiktoken downloads its vocabulary on first use unless it is cached already.
+    """
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        try:
+            import tiktoken
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "TiktokenCounter needs tiktoken: pip install 'turnlog[tiktoken]'"
+            ) from exc
+        self._encoding: Any = tiktoken.get_encoding(encoding)
+
+    def count(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+
+_default: TokenCounter | None = None
+_default_lock = threading.Lock()
+
+
+def default_counter() -> TokenCounter:
+    """The shared default counter: `O200kCounter`, or `ByteEstimateCounter` with a warning."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            try:
+                _default = O200kCounter()
+            except ImportError:
+                warnings.warn(
+                    "toktok-rs is not installed for this platform: token counts are estimated "
+                    "as utf-8 bytes / 4. Pass token_counter=... for exact counts.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                _default = ByteEstimateCounter()
+        return _default
+
+
+_Key = tuple[str, int, object]
+
+
+def _key(event: SessionEvent) -> _Key | None:
+    if event.seq is None or event.timestamp is None:
+        return None
+    return (event.id, event.seq, event.timestamp)
+
+
+class EventTokens:
+    """Per-event token counts for one counter, computed once and cached.
+
+    Stored events never change and an event id names one event, so the count of a stored event
+    (one with a seq and a timestamp) is cached by id, seq and timestamp. Events not stored yet are
+    counted every time. The cache is bounded (least recently used entries go first) and
+    thread-safe.
+    """
+
+    def __init__(self, counter: TokenCounter, maxsize: int = 200_000) -> None:
+        self.counter = counter
+        self._maxsize = maxsize
+        self._cache: OrderedDict[_Key, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, event: SessionEvent) -> int:
+        """The tokens of one event's `event_text`."""
+        key = _key(event)
+        if key is None:
+            return self.counter.count(event_text(event))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        n = self.counter.count(event_text(event))
+        self._remember(key, n)
+        return n
+
+    def counts(self, events: Iterable[SessionEvent]) -> list[int]:
+        """The tokens of each event, in order; uncached ones are counted in one batch."""
+        events = list(events)
+        out: list[int | None] = [None] * len(events)
+        missing: list[int] = []
+        with self._lock:
+            for i, event in enumerate(events):
+                key = _key(event)
+                hit = None if key is None else self._cache.get(key)
+                if hit is None:
+                    missing.append(i)
+                else:
+                    out[i] = hit
+        if missing:
+            texts = [event_text(events[i]) for i in missing]
+            many = getattr(self.counter, "count_many", None)
+            fresh = many(texts) if many is not None else [self.counter.count(t) for t in texts]
+            for i, n in zip(missing, fresh, strict=True):
+                out[i] = n
+                key = _key(events[i])
+                if key is not None:
+                    self._remember(key, n)
+        return [n for n in out if n is not None]
+
+    def total(self, events: Iterable[SessionEvent]) -> int:
+        """The tokens of all `events`."""
+        return sum(self.counts(events))
+
+    def _remember(self, key: _Key, n: int) -> None:
+        with self._lock:
+            self._cache[key] = n
+            if len(self._cache) > self._maxsize:
+                self._cache.popitem(last=False)
+
+
+_caches: weakref.WeakKeyDictionary[Any, EventTokens] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def event_tokens(counter: TokenCounter | None = None) -> EventTokens:
+    """The shared cache of per-event counts for `counter` (the default counter when None).
+
+    Triggers and strategies that use the same counter object share one cache, so an event is
+    tokenized once however many times it is measured.
+    """
+    counter = default_counter() if counter is None else counter
+    with _caches_lock:
+        try:
+            cache = _caches.get(counter)
+        except TypeError:  # not weak-referenceable: a private cache
+            return EventTokens(counter)
+        if cache is None:
+            cache = EventTokens(counter)
+            _caches[counter] = cache
+        return cache
