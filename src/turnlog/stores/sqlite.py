@@ -120,7 +120,11 @@ class SqliteStore:
             raise StoreError(f"the store on {self.path} is closed")
         try:
             conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None, cached_statements=64
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                cached_statements=64,
+                check_same_thread=False,  # used by its own thread only; closed by close()
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
@@ -180,34 +184,40 @@ class SqliteStore:
             raise _translate(exc, self.path) from exc
 
     def _ensure_schema(self) -> None:
+        with self._read() as conn:
+            if self._schema_state(conn) == "ready":
+                return
         with self._write() as conn:
-            tables = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%'"
-                )
-            ]
-            if "turnlog_schema" not in tables:
-                if tables:
-                    raise CorruptData(
-                        f"{self.path} is a SQLite database of something else (it holds the "
-                        f"tables {', '.join(sorted(tables)[:5])}): point turnlog at its own file"
-                    )
+            if self._schema_state(conn) == "empty":
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute("INSERT INTO turnlog_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-                return
-            row = conn.execute("SELECT max(version) FROM turnlog_schema").fetchone()
-            found = row[0] if row else None
-            if found is None or not isinstance(found, int):
-                raise CorruptData(f"{self.path}: the turnlog schema version is missing or damaged")
-            if found > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} has schema version {found}, made by a newer turnlog than this "
-                    f"one (which knows up to {SCHEMA_VERSION}): upgrade turnlog"
+
+    def _schema_state(self, conn: sqlite3.Connection) -> Literal["ready", "empty"]:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if "turnlog_schema" not in tables:
+            if tables:
+                raise CorruptData(
+                    f"{self.path} is a SQLite database of something else (it holds the "
+                    f"tables {', '.join(sorted(tables)[:5])}): point turnlog at its own file"
                 )
+            return "empty"
+        row = conn.execute("SELECT max(version) FROM turnlog_schema").fetchone()
+        found = row[0] if row else None
+        if found is None or not isinstance(found, int):
+            raise CorruptData(f"{self.path}: the turnlog schema version is missing or damaged")
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {found}, made by a newer turnlog than this "
+                f"one (which knows up to {SCHEMA_VERSION}): upgrade turnlog"
+            )
+        return "ready"
 
     # -- sessions ---------------------------------------------------------------------------
 

@@ -6,3 +6,12 @@
 from turnlog.testing.fakes import FakeClock, ScriptedChatModel
 
 __all__ = ["FakeClock", "ScriptedChatModel"]
+
+
+def __getattr__(name: str) -> object:
+    # StoreContract imports pytest; load it only when asked for.
+    if name == "StoreContract":
+        from turnlog.testing.contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module 'turnlog.testing' has no attribute {name!r}")
