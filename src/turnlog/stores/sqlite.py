@@ -13,6 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -68,6 +69,10 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 
 _COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
+_INSERT: Final = (
+    "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -306,72 +311,117 @@ class SqliteStore:
         self, session_id: str, events: Sequence[SessionEvent], expected_version: int
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
+        return self._append(session_id, batch, expected_version)[0]
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        check_batch(event.session_id, [event], 0)
+        stored = self._append(event.session_id, [event], None)[1]
+        if stored:
+            return stored[0]
+        found = self._event_by_id(event.session_id, event.id)  # it was stored before
+        if found is None:  # pragma: no cover - the write lock makes this impossible
+            raise StoreError(f"event {event.id!r} vanished while it was being appended")
+        return found
+
+    def _append(
+        self, session_id: str, batch: list[SessionEvent], expected: int | None
+    ) -> tuple[int, list[SessionEvent]]:
+        """Append under the write lock; `expected=None` appends at the end.
+
+        The fast path is one version read and the inserts. Ids already stored are looked up
+        only when the version does not match or an insert hits the unique id index.
+        """
         bodies = [encode_body(e) for e in batch]
+        now = self._clock()
         with self._write() as conn:
             version = self._locked_version(conn, session_id)
             if not batch:
-                return version
-            taken = self._owners(conn, [e.id for e in batch])
-            if taken:
-                foreign = [i for i, owner in taken.items() if owner != session_id]
-                if foreign:
-                    raise InvalidInput(
-                        f"event id {foreign[0]!r} belongs to another session; ids are unique "
-                        "across sessions"
-                    )
-                keep = [i for i, e in enumerate(batch) if e.id not in taken]
-                batch = [batch[i] for i in keep]
-                bodies = [bodies[i] for i in keep]
+                return version, []
+            if expected is not None and version != expected:
+                batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
                 if not batch:
-                    return version
-            if version != expected_version:
-                raise VersionConflict(session_id, expected_version, version)
+                    return version, []
+                raise VersionConflict(session_id, expected, version)
             if any(e.type == EventType.COMPACTION for e in batch):
                 check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
-            now = to_micros(self._clock())
-            rows = [
-                (
-                    session_id,
-                    seq,
-                    e.id,
-                    e.type.name,
-                    now if e.timestamp is None else to_micros(e.timestamp),
-                    e.role,
-                    int(e.synthetic),
-                    body,
-                )
-                for seq, (e, body) in enumerate(zip(batch, bodies, strict=True), start=version + 1)
+            stored = [
+                replace(e, seq=seq, timestamp=now if e.timestamp is None else e.timestamp)
+                for seq, e in enumerate(batch, start=version + 1)
             ]
-            try:
-                conn.executemany(
-                    "INSERT INTO turnlog_events "
-                    "(session_id, seq, id, type, timestamp, role, synthetic, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-            except sqlite3.IntegrityError:
-                actual = self._locked_version(conn, session_id)
-                raise VersionConflict(session_id, expected_version, actual) from None
-            boundary_seq = max(
-                (r[1] for r in rows if r[3] == EventType.COMPACTION.name), default=None
-            )
-            if boundary_seq is not None:
+            if not self._insert(conn, stored, bodies):
+                batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
+                if not batch:
+                    return version, []
+                stored = [
+                    replace(e, seq=seq, timestamp=now if e.timestamp is None else e.timestamp)
+                    for seq, e in enumerate(batch, start=version + 1)
+                ]
+                if not self._insert(conn, stored, bodies):  # pragma: no cover - under the lock
+                    raise VersionConflict(
+                        session_id, version, self._locked_version(conn, session_id)
+                    )
+            boundaries = [e.seq for e in stored if e.type == EventType.COMPACTION]
+            if boundaries:
                 conn.execute(
                     "UPDATE turnlog_sessions SET boundary_seq = ? WHERE id = ?",
-                    (boundary_seq, session_id),
+                    (boundaries[-1], session_id),
                 )
-            return version + len(rows)
+            return version + len(stored), stored
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
-        while True:
-            version = self.version(event.session_id)
+    def _insert(
+        self, conn: sqlite3.Connection, stored: list[SessionEvent], bodies: list[bytes]
+    ) -> bool:
+        """Insert the rows; False (and nothing inserted) when an id or seq is taken."""
+        rows = [
+            (
+                e.session_id,
+                e.seq,
+                e.id,
+                e.type.name,
+                to_micros(e.timestamp) if e.timestamp else 0,
+                e.role,
+                int(e.synthetic),
+                body,
+            )
+            for e, body in zip(stored, bodies, strict=True)
+        ]
+        if len(rows) == 1:
             try:
-                self.append_events(event.session_id, [event], version)
-            except VersionConflict:
-                continue
-            stored = self._event_by_id(event.session_id, event.id)
-            assert stored is not None
-            return stored
+                conn.execute(_INSERT, rows[0])
+            except sqlite3.IntegrityError:
+                return False
+            return True
+        conn.execute("SAVEPOINT turnlog_batch")
+        try:
+            conn.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO turnlog_batch")
+            conn.execute("RELEASE turnlog_batch")
+            return False
+        conn.execute("RELEASE turnlog_batch")
+        return True
+
+    def _drop_stored(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        batch: list[SessionEvent],
+        bodies: list[bytes],
+    ) -> tuple[list[SessionEvent], list[bytes]]:
+        """The events of `batch` not stored yet (a retry skips what landed).
+
+        Raises:
+            InvalidInput: an id belongs to another session.
+        """
+        taken = self._owners(conn, [e.id for e in batch])
+        foreign = [i for i, owner in taken.items() if owner != session_id]
+        if foreign:
+            raise InvalidInput(
+                f"event id {foreign[0]!r} belongs to another session; ids are unique across "
+                "sessions"
+            )
+        keep = [i for i, e in enumerate(batch) if e.id not in taken]
+        return [batch[i] for i in keep], [bodies[i] for i in keep]
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         flt = EventFilter.all() if flt is None else flt
