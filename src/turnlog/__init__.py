@@ -30,7 +30,7 @@ from turnlog.errors import (
 )
 from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
 from turnlog.service import SessionService
-from turnlog.stores import EventFilter, MemoryStore, SessionStore, SqliteStore
+from turnlog.stores import EventFilter, MemoryStore, SessionStore, SqliteStore, open_store
 from turnlog.text import event_text
 from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCounter
 
@@ -74,4 +74,5 @@ __all__ = [
     "WindowCompactionStrategy",
     "__version__",
     "event_text",
+    "open_store",
 ]

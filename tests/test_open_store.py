@@ -1,0 +1,41 @@
+"""open_store: one URL for every store."""
+
+import sys
+
+import pytest
+
+from turnlog import InvalidInput, MemoryStore, SessionService, SqliteStore, open_store
+
+
+def test_sqlite_urls_relative_absolute_and_plain(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:///rel.db") as store:
+        assert isinstance(store, SqliteStore) and store.path.name == "rel.db"
+        SessionService(store).create("s")
+    assert (tmp_path / "rel.db").exists()
+    absolute = tmp_path / "sub" / "abs.db"
+    absolute.parent.mkdir()
+    with open_store(f"sqlite:///{absolute}") as store:
+        assert store.path == absolute
+    with open_store(str(tmp_path / "plain.db")) as store:
+        assert isinstance(store, SqliteStore)
+
+
+def test_memory_url():
+    store = open_store("memory://")
+    assert isinstance(store, MemoryStore)
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "sqlite://", "", "mysql://root@localhost/test"])
+def test_unknown_or_malformed_urls_are_invalid(url):
+    with pytest.raises(InvalidInput):
+        open_store(url)
+
+
+def test_a_missing_extra_names_the_pip_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "turnlog.stores.postgres", None)
+    with pytest.raises(ImportError, match=r"pip install 'turnlog\[postgres\]'"):
+        open_store("postgresql://postgres@127.0.0.1/test")
+    monkeypatch.setitem(sys.modules, "turnlog.stores.redis", None)
+    with pytest.raises(ImportError, match=r"pip install 'turnlog\[redis\]'"):
+        open_store("redis://127.0.0.1:6379/0")
