@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Protocol, overload, runtime_checkable
 
@@ -18,6 +19,7 @@ __all__ = [
     "check_batch",
     "check_boundaries",
     "check_version",
+    "stamped",
     "utc_now",
 ]
 
@@ -134,6 +136,19 @@ def apply_filter(events: Sequence[SessionEvent], flt: EventFilter) -> list[Sessi
     while back >= 0 and not out[back].starts_turn:
         back -= 1
     return out[back if back >= 0 else start :]
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(SessionEvent))
+
+
+def stamped(event: SessionEvent, seq: int, timestamp: datetime) -> SessionEvent:
+    """A copy of a validated `event` at `seq` and `timestamp`, without validating it again."""
+    copy = object.__new__(SessionEvent)
+    for name in _EVENT_FIELDS:
+        object.__setattr__(copy, name, getattr(event, name))
+    object.__setattr__(copy, "seq", seq)
+    object.__setattr__(copy, "timestamp", timestamp)
+    return copy
 
 
 def check_batch(

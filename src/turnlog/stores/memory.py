@@ -16,6 +16,7 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    stamped,
     utc_now,
 )
 
@@ -145,7 +146,7 @@ class MemoryStore:
             check_boundaries(fresh, known)
             now = self._clock()
             for offset, event in enumerate(fresh, start=actual + 1):
-                stored = replace(event, seq=offset, timestamp=event.timestamp or now)
+                stored = stamped(event, offset, event.timestamp or now)
                 log.events.append(stored)
                 log.by_id[stored.id] = stored
                 self._owner[stored.id] = session_id

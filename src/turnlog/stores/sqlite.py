@@ -13,7 +13,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -35,6 +34,7 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    stamped,
     utc_now,
 )
 
@@ -311,11 +311,11 @@ class SqliteStore:
         self, session_id: str, events: Sequence[SessionEvent], expected_version: int
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
-        return self._append(session_id, batch, expected_version)[0]
+        return self._append(session_id, batch, expected_version, want_copies=False)[0]
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
         check_batch(event.session_id, [event], 0)
-        stored = self._append(event.session_id, [event], None)[1]
+        stored = self._append(event.session_id, [event], None, want_copies=True)[1]
         if stored:
             return stored[0]
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -324,7 +324,12 @@ class SqliteStore:
         return found
 
     def _append(
-        self, session_id: str, batch: list[SessionEvent], expected: int | None
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        expected: int | None,
+        *,
+        want_copies: bool,
     ) -> tuple[int, list[SessionEvent]]:
         """Append under the write lock; `expected=None` appends at the end.
 
@@ -344,46 +349,60 @@ class SqliteStore:
                 raise VersionConflict(session_id, expected, version)
             if any(e.type == EventType.COMPACTION for e in batch):
                 check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
-            stored = [
-                replace(e, seq=seq, timestamp=now if e.timestamp is None else e.timestamp)
-                for seq, e in enumerate(batch, start=version + 1)
-            ]
-            if not self._insert(conn, stored, bodies):
+            timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
+            if not self._insert(conn, session_id, version, batch, timestamps, bodies):
                 batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
                 if not batch:
                     return version, []
-                stored = [
-                    replace(e, seq=seq, timestamp=now if e.timestamp is None else e.timestamp)
-                    for seq, e in enumerate(batch, start=version + 1)
-                ]
-                if not self._insert(conn, stored, bodies):  # pragma: no cover - under the lock
+                timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
+                if not self._insert(conn, session_id, version, batch, timestamps, bodies):
+                    # pragma: no cover - impossible under the write lock
                     raise VersionConflict(
                         session_id, version, self._locked_version(conn, session_id)
                     )
-            boundaries = [e.seq for e in stored if e.type == EventType.COMPACTION]
+            boundaries = [
+                seq
+                for seq, e in enumerate(batch, start=version + 1)
+                if e.type == EventType.COMPACTION
+            ]
             if boundaries:
                 conn.execute(
                     "UPDATE turnlog_sessions SET boundary_seq = ? WHERE id = ?",
                     (boundaries[-1], session_id),
                 )
-            return version + len(stored), stored
+            if not want_copies:
+                return version + len(batch), []
+            return version + len(batch), [
+                stamped(e, seq, ts)
+                for seq, (e, ts) in enumerate(
+                    zip(batch, timestamps, strict=True), start=version + 1
+                )
+            ]
 
     def _insert(
-        self, conn: sqlite3.Connection, stored: list[SessionEvent], bodies: list[bytes]
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        version: int,
+        batch: list[SessionEvent],
+        timestamps: list[datetime],
+        bodies: list[bytes],
     ) -> bool:
-        """Insert the rows; False (and nothing inserted) when an id or seq is taken."""
+        """Insert the rows from seq version+1; False (nothing inserted) when an id is taken."""
         rows = [
             (
-                e.session_id,
-                e.seq,
+                session_id,
+                seq,
                 e.id,
                 e.type.name,
-                to_micros(e.timestamp) if e.timestamp else 0,
+                to_micros(ts),
                 e.role,
                 int(e.synthetic),
                 body,
             )
-            for e, body in zip(stored, bodies, strict=True)
+            for seq, (e, ts, body) in enumerate(
+                zip(batch, timestamps, bodies, strict=True), start=version + 1
+            )
         ]
         if len(rows) == 1:
             try:
@@ -522,7 +541,7 @@ class SqliteStore:
             chunk = ids[i : i + _CHUNK]
             rows += conn.execute(
                 f"SELECT {_COLUMNS} FROM turnlog_events WHERE id IN "
-                f"({','.join('?' * len(chunk))}) AND session_id = ?",
+                f"({','.join('?' * len(chunk))}) AND +session_id = ?",  # + : use the id index
                 (*chunk, session_id),
             ).fetchall()
         return rows
