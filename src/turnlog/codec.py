@@ -13,13 +13,14 @@ fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from turnlog.errors import CorruptData, InvalidInput
-from turnlog.events import EventType, Message, SessionEvent, ToolCall, ToolResult
+from turnlog.events import ROLES, EventType, Message, SessionEvent, ToolCall, ToolResult
 
 __all__ = [
     "FORMAT_VERSION",
@@ -118,11 +119,18 @@ def decode_event(
         decoded = _decoder.decode(body)
         if decoded.v != FORMAT_VERSION:
             raise ValueError(f"unknown body format {decoded.v}")
+        event_type = _event_type(type_name)
         wire = decoded.message
+        if (wire is None) == (event_type is EventType.MESSAGE):
+            raise ValueError(f"a {type_name} row with{'out' if wire is None else ''} a message")
         message = None
         if wire is not None:
-            message = Message(
-                role=wire.role,  # type: ignore[arg-type]  # validated by Message
+            if wire.role not in ROLES:
+                raise ValueError(f"unknown role {wire.role!r}")
+            # msgspec decoded the JSON into exactly these types: build without validating again
+            message = _trusted(
+                Message,
+                role=wire.role,
                 text=wire.text,
                 tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in wire.tool_calls),
                 tool_results=tuple(
@@ -130,10 +138,11 @@ def decode_event(
                 ),
                 metadata=wire.metadata,
             )
-        return SessionEvent(
+        return _trusted(
+            SessionEvent,
             id=event_id,
             session_id=session_id,
-            type=EventType.MESSAGE if type_name == "MESSAGE" else EventType.of(type_name),
+            type=event_type,
             message=message,
             payload=decoded.payload,
             metadata=decoded.metadata,
@@ -147,6 +156,22 @@ def decode_event(
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
+
+
+_T = TypeVar("_T")
+
+
+def _trusted(cls: type[_T], **values: Any) -> _T:
+    """An instance of a frozen record built from already-valid values, skipping validation."""
+    obj = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+@functools.lru_cache(maxsize=256)
+def _event_type(name: str) -> EventType:
+    return EventType.MESSAGE if name == "MESSAGE" else EventType.of(name)
 
 
 def dump_json(value: Any) -> str:
