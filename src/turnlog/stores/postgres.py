@@ -1,0 +1,590 @@
+"""`PostgresStore`: sessions in PostgreSQL, for several application instances sharing sessions.
+
+psycopg 3 with a `psycopg_pool.ConnectionPool`. Every write is one round trip: a server-side
+function inserts the batch at the seqs the writer proposes, and the `(session_id, seq)` primary
+key rejects a slower writer; the driver error becomes `VersionConflict`. Reads come back in one
+query each and are decoded on the client by the codec (the body is `bytea`, never parsed by the
+server). The session row points at its newest boundary, so reading the view never reads the
+covered history. The schema lives in its own PostgreSQL schema: see `postgres_schema`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final
+
+try:
+    import psycopg
+    from psycopg import errors as pgerrors
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
+    ) from exc
+
+from turnlog.codec import decode_event, dump_json, encode_body, load_json, to_micros
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import (
+    CorruptData,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StoreError,
+    VersionConflict,
+)
+from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.stores.base import (
+    Clock,
+    EventFilter,
+    apply_filter,
+    check_batch,
+    check_boundaries,
+    utc_now,
+)
+from turnlog.stores.postgres_schema import (
+    MAX_INDEXED_BYTES,
+    SCHEMA_VERSION,
+    check_schema_name,
+    ensure_schema,
+    migrate,
+)
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
+
+DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
+_MAX_ATTEMPTS: Final = 50
+_RETRYABLE: Final = frozenset({"23505", "40P01", "TLV01"})  # unique, deadlock, version moved
+_EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
+
+Pool = ConnectionPool[psycopg.Connection[Any]]
+
+
+@dataclass(frozen=True)
+class _Queries:
+    """The statements, rendered once for one schema."""
+
+    append: str
+    check: str
+    put_session: str
+    find_session: str
+    list_sessions: str
+    delete_session: str
+    delete_expired: str
+    find_indexed: str
+    find_contained: str
+    version: str
+    events: str
+    events_of_types: str
+    event_by_id: str
+    view: str
+
+    @classmethod
+    def render(cls, schema: str, conn: psycopg.Connection[Any]) -> _Queries:
+        def q(text: str) -> str:
+            composed = sql.SQL(text).format(s=sql.Identifier(schema))
+            return composed.as_string(conn)
+
+        session_cols = "s.id, s.created_at, s.expires_at, s.metadata::text"
+        session_events = (
+            f"SELECT {_EVENT_COLUMNS} FROM {{s}}.sessions s "
+            "LEFT JOIN {s}.events e ON e.session_id = s.id AND e.session_id = %(sid)s"
+        )
+        return cls(
+            append=q(
+                "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
+                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
+            ),
+            check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
+            put_session=q("SELECT {s}.put_session(%s, %s, %s, %s::jsonb, %s)"),
+            find_session=q(f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id = %s"),
+            list_sessions=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s "
+                "ORDER BY s.created_at DESC, s.id DESC LIMIT %s"
+            ),
+            delete_session=q("SELECT {s}.delete_session(%s)"),
+            delete_expired=q("SELECT {s}.delete_expired(%s)"),
+            # An indexed key: the index table, or a containment query for a value too long
+            # to be indexed. The value is compared as jsonb text, so the type must match too.
+            find_indexed=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id IN ("
+                "SELECT i.session_id FROM {s}.session_index i "
+                "WHERE i.name = %(name)s AND i.value = (%(value)s::jsonb)::text) "
+                "AND octet_length((%(value)s::jsonb)::text) <= %(limit)s "
+                f"UNION ALL SELECT {session_cols} FROM {{s}}.sessions s "
+                "WHERE octet_length((%(value)s::jsonb)::text) > %(limit)s "
+                "AND s.metadata @> %(contains)s::jsonb "
+                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
+                "AND s.metadata ->> %(name)s = %(text)s ORDER BY 2, 1"
+            ),
+            find_contained=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s "
+                "WHERE s.metadata @> %(contains)s::jsonb "
+                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
+                "AND s.metadata ->> %(name)s = %(text)s ORDER BY s.created_at, s.id"
+            ),
+            version=q("SELECT version FROM {s}.sessions WHERE id = %s"),
+            events=q(f"{session_events} WHERE s.id = %(sid)s ORDER BY e.seq"),
+            events_of_types=q(
+                f"{session_events} AND e.type = ANY(%(types)s::text[]) "
+                "WHERE s.id = %(sid)s ORDER BY e.seq"
+            ),
+            event_by_id=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
+            ),
+            # The view in one query: the boundary and the messages after it (a range of the
+            # primary key), and the events the boundary names from before it (by id).
+            view=q(
+                "SELECT s.boundary_seq, e.* FROM {s}.sessions s LEFT JOIN LATERAL ("
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %(sid)s "
+                "AND e.seq >= coalesce(s.boundary_seq, 0) "
+                "AND (e.type = 'MESSAGE' OR e.seq = s.boundary_seq) "
+                f"UNION ALL SELECT {_EVENT_COLUMNS} FROM {{s}}.events e "
+                "WHERE e.session_id = %(sid)s AND e.id = ANY(s.boundary_ids) "
+                "AND e.seq < s.boundary_seq) e ON true "
+                "WHERE s.id = %(sid)s ORDER BY e.seq"
+            ),
+        )
+
+
+class _Batch:
+    """A batch as the column arrays the append function takes."""
+
+    def __init__(self, events: list[SessionEvent], now_micros: int) -> None:
+        self.events = events
+        self.ids = [e.id for e in events]
+        self.types = [e.type.name for e in events]
+        self.timestamps = [
+            now_micros if e.timestamp is None else to_micros(e.timestamp) for e in events
+        ]
+        self.roles = [e.role for e in events]
+        self.synthetic = [e.synthetic for e in events]
+        self.bodies = [encode_body(e) for e in events]
+        self.required: list[str] = []
+        self.boundary_at: int | None = None
+        self.boundary_ids: list[str] = []
+        if any(e.type == EventType.COMPACTION for e in events):
+            self._boundaries()
+
+    def _boundaries(self) -> None:
+        # Raises InvalidInput for a malformed boundary, before anything is sent.
+        check_boundaries(self.events, set)
+        for at, event in enumerate(self.events):
+            if event.type != EventType.COMPACTION:
+                continue
+            boundary = CompactionBoundary.from_event(event)
+            near = {e.id for e in self.events if e.message is not None}
+            self.required += [i for i in boundary.view_event_ids if i not in near]
+            self.boundary_at = at + 1
+            self.boundary_ids = list(boundary.view_event_ids)
+
+    def without(self, stored: set[str]) -> _Batch:
+        """The batch less the events already stored."""
+        keep = _Batch.__new__(_Batch)
+        index = [i for i, e in enumerate(self.events) if e.id not in stored]
+        keep.events = [self.events[i] for i in index]
+        keep.ids = [self.ids[i] for i in index]
+        keep.types = [self.types[i] for i in index]
+        keep.timestamps = [self.timestamps[i] for i in index]
+        keep.roles = [self.roles[i] for i in index]
+        keep.synthetic = [self.synthetic[i] for i in index]
+        keep.bodies = [self.bodies[i] for i in index]
+        keep.required, keep.boundary_at, keep.boundary_ids = [], None, []
+        if any(e.type == EventType.COMPACTION for e in keep.events):
+            keep._boundaries()
+        return keep
+
+    def params(self, session_id: str, expected: int | None) -> tuple[Any, ...]:
+        return (
+            session_id,
+            expected,
+            self.ids,
+            self.types,
+            self.timestamps,
+            self.roles,
+            self.synthetic,
+            self.bodies,
+            self.required,
+            self.boundary_at,
+            self.boundary_ids,
+        )
+
+
+class PostgresStore:
+    """Sessions in PostgreSQL; safe across threads, processes and machines.
+
+    Args:
+        dsn_or_pool: a libpq connection string or URL (the store then owns a pool and
+            `close()` closes it), or a `psycopg_pool.ConnectionPool` of yours whose connections
+            are in autocommit mode (`kwargs={"autocommit": True}`); you close that one.
+        schema: the PostgreSQL schema that holds turnlog's tables.
+        partitions: hash-partition the events by session id into this many partitions when the
+            schema is made; None for one table (or to accept the schema as it is).
+        migrate: create or upgrade the schema on first use (under an advisory lock); when
+            False the schema must be there already (`turnlog migrate --store URL`).
+        pool_min: connections the owned pool keeps open.
+        pool_max: connections the owned pool opens at most.
+        indexed_keys: metadata keys kept in an index table, for a fast `find_by_metadata`.
+            Keys are added to the schema (and existing sessions indexed) when a store opens;
+            they are never removed. Other keys are found by a jsonb containment query.
+        connect_timeout: seconds to wait for the server, and for a free pooled connection.
+        clock: stamps events appended without a timestamp.
+
+    Raises:
+        InvalidInput: a bad schema name or partition count; a pool without autocommit.
+        StoreError: the server cannot be reached; the schema needs `turnlog migrate`, is newer
+            than this turnlog, or is partitioned differently.
+        CorruptData: the schema holds tables of something else.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | Pool,
+        *,
+        schema: str = "turnlog",
+        partitions: int | None = None,
+        migrate: bool = True,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        indexed_keys: Sequence[str] = DEFAULT_INDEXED_KEYS,
+        connect_timeout: float = 10.0,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        if isinstance(indexed_keys, str) or not all(isinstance(k, str) for k in indexed_keys):
+            raise InvalidInput("indexed_keys must be a sequence of metadata key names")
+        self._clock = clock
+        self._timeout = connect_timeout
+        self._closed = False
+        self._owned = isinstance(dsn_or_pool, str)
+        if isinstance(dsn_or_pool, str):
+            self._pool: Pool = ConnectionPool(
+                dsn_or_pool,
+                min_size=pool_min,
+                max_size=pool_max,
+                kwargs={"autocommit": True, "connect_timeout": max(2, round(connect_timeout))},
+                open=False,
+                timeout=connect_timeout,
+                name=f"turnlog-{schema}",
+            )
+            try:
+                self._pool.open(wait=True, timeout=connect_timeout)
+            except PoolTimeout as exc:
+                self._pool.close()
+                raise StoreError(
+                    f"cannot connect to PostgreSQL within {connect_timeout:g}s "
+                    f"({_where(dsn_or_pool)}): is the server running, and the DSN right?"
+                ) from exc
+        else:
+            self._pool = dsn_or_pool
+        try:
+            with self._conn("opening the store") as conn:
+                if not conn.autocommit:
+                    raise InvalidInput(
+                        "PostgresStore needs a pool of autocommit connections: "
+                        "ConnectionPool(..., kwargs={'autocommit': True})"
+                    )
+                keys = ensure_schema(
+                    conn,
+                    self.schema,
+                    partitions=partitions,
+                    migrate=migrate,
+                    indexed_keys=list(indexed_keys),
+                )
+                self._q = _Queries.render(self.schema, conn)
+        except BaseException:
+            self.close()
+            raise
+        self.indexed_keys: frozenset[str] = frozenset(keys)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the pool, when the store made it. The store is unusable afterwards."""
+        self._closed = True
+        if self._owned:
+            self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _conn(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StoreError(f"the PostgresStore on schema {self.schema!r} is closed")
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise StoreError(
+                f"no PostgreSQL connection free or possible within {self._timeout:g}s while "
+                f"{doing}: check the server, or raise pool_max"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"PostgreSQL connection lost or refused while {doing}: {_first_line(exc)}. "
+                "A write may or may not have been committed; retrying it with the same event "
+                "ids is safe (appends skip ids already stored)"
+            ) from exc
+        except pgerrors.UntranslatableCharacter as exc:
+            raise InvalidInput(
+                f"PostgreSQL cannot store this text while {doing} (jsonb refuses the character "
+                f"U+0000): {_first_line(exc)}"
+            ) from exc
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def create_session(self, session: Session) -> None:
+        with self._conn(f"creating session {session.id!r}") as conn:
+            row = conn.execute(self._q.put_session, (*_session_params(session), True)).fetchone()
+        if row is None or not row[0]:
+            raise SessionAlreadyExists(session.id)
+
+    def save_session(self, session: Session) -> None:
+        with self._conn(f"saving session {session.id!r}") as conn:
+            conn.execute(self._q.put_session, (*_session_params(session), False))
+
+    def find_session(self, session_id: str) -> Session | None:
+        with self._conn(f"reading session {session_id!r}") as conn:
+            row = conn.execute(self._q.find_session, (session_id,)).fetchone()
+        return None if row is None else _session(row)
+
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
+        with self._conn("listing sessions") as conn:
+            rows = conn.execute(
+                self._q.list_sessions, (None if limit is None or limit < 0 else limit,)
+            ).fetchall()
+        return [_session(r) for r in rows]
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._conn(f"deleting session {session_id!r}") as conn:
+            row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
+        return row is not None and row[0] > 0
+
+    def delete_expired(self, before: datetime) -> int:
+        with self._conn("deleting expired sessions") as conn:
+            row = conn.execute(self._q.delete_expired, (before,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """The sessions whose metadata has `name` equal to `value`, of the same JSON type.
+
+        An indexed key (see `indexed_keys`) is looked up in the index table; any other key by
+        a jsonb containment query that the GIN index on `sessions.metadata` serves.
+        """
+        if not isinstance(name, str):
+            raise InvalidInput("a metadata key is a string")
+        if isinstance(value, bool):
+            type_name, text = "boolean", ("true" if value else "false")
+        elif isinstance(value, int):
+            type_name, text = "number", str(value)
+        elif isinstance(value, str):
+            type_name, text = "string", value
+        else:
+            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+        if "\x00" in name or "\x00" in text:
+            return []  # PostgreSQL text cannot hold U+0000, so no stored metadata does
+        params = {
+            "name": name,
+            "value": dump_json(value),
+            "contains": dump_json({name: value}),
+            "type": type_name,
+            "text": text,
+            "limit": MAX_INDEXED_BYTES,
+        }
+        query = self._q.find_indexed if name in self.indexed_keys else self._q.find_contained
+        with self._conn(f"finding sessions by metadata {name!r}") as conn:
+            rows = conn.execute(query, params).fetchall()
+        return [_session(r) for r in rows]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        batch = check_batch(session_id, events, expected_version)
+        return self._append(session_id, batch, expected_version)[0]
+
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        check_batch(event.session_id, [event], 0)
+        version, stored = self._append(event.session_id, [event], None)
+        if stored is not None:
+            return replace(event, seq=version, timestamp=stored.timestamp)
+        found = self._event_by_id(event.session_id, event.id)  # it was stored before
+        if found is None:  # pragma: no cover - ids are never removed from a live session
+            raise StoreError(f"event {event.id!r} vanished while it was being appended")
+        return found
+
+    def _append(
+        self, session_id: str, events: list[SessionEvent], expected: int | None
+    ) -> tuple[int, SessionEvent | None]:
+        """Append `events` at `expected` (at the end when None).
+
+        Returns the new version and, when one event was written, that event with its timestamp
+        (None when nothing was written).
+
+        The fast path is one call of the append function. When it declines or a unique key
+        rejects it, `append_check` says why: another writer won (VersionConflict), ids already
+        stored (skipped, as a retry must be), an id of another session, a boundary naming
+        unknown events, or a race that is over (try again).
+        """
+        if not events:
+            return self.version(session_id), None
+        now = self._clock()
+        batch = _Batch(events, to_micros(now))
+        with self._conn(f"appending to session {session_id!r}") as conn:
+            for _ in range(_MAX_ATTEMPTS):
+                try:
+                    row = conn.execute(self._q.append, batch.params(session_id, expected))
+                    new = row.fetchone()
+                except psycopg.DatabaseError as exc:
+                    if exc.sqlstate not in _RETRYABLE:
+                        raise
+                    new = None
+                if new is not None and new[0] is not None:
+                    version = int(new[0])
+                    written = batch.events[-1]
+                    if written.timestamp is None:
+                        written = replace(written, timestamp=now)
+                    return version, written
+                found = conn.execute(
+                    self._q.check, (session_id, expected, batch.ids, batch.required)
+                ).fetchone()
+                if found is None:  # pragma: no cover - the function always returns a row
+                    raise StoreError("append_check returned nothing")
+                status, version, detail = found
+                if status == "not_found":
+                    raise SessionNotFound(session_id)
+                if status == "foreign":
+                    raise InvalidInput(
+                        f"event id {detail[0]!r} belongs to another session; ids are unique "
+                        "across sessions"
+                    )
+                if status == "stored":
+                    return int(version), None
+                if status == "partial":
+                    batch = batch.without(set(detail))
+                elif status == "conflict":
+                    assert expected is not None
+                    raise VersionConflict(session_id, expected, int(version))
+                elif status == "missing":
+                    _refuse_boundaries(batch.events, set(detail))
+        raise StoreError(
+            f"could not append to session {session_id!r} after {_MAX_ATTEMPTS} attempts: "
+            "other writers keep winning; retry later"
+        )
+
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        flt = EventFilter.all() if flt is None else flt
+        if flt.active_view:
+            return apply_filter(self.view(session_id), flt)
+        if flt.event_types is not None and flt.last_n is None:
+            query = self._q.events_of_types
+            params: dict[str, Any] = {
+                "sid": session_id,
+                "types": sorted(t.name for t in flt.event_types),
+            }
+        else:
+            query, params = self._q.events, {"sid": session_id}
+        with self._conn(f"reading session {session_id!r}") as conn:
+            rows = conn.execute(query, params, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFound(session_id)
+        if rows[0][0] is None:
+            return []
+        return apply_filter([_event(session_id, r) for r in rows], flt)
+
+    def version(self, session_id: str) -> int:
+        with self._conn(f"reading session {session_id!r}") as conn:
+            row = conn.execute(self._q.version, (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return int(row[0])
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        with self._conn(f"reading the view of session {session_id!r}") as conn:
+            rows = conn.execute(self._q.view, {"sid": session_id}, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFound(session_id)
+        boundary_seq = rows[0][0]
+        events = [] if rows[0][1] is None else [_event(session_id, r[1:]) for r in rows]
+        if boundary_seq is None:
+            return events
+        if not any(e.seq == boundary_seq for e in events):
+            raise CorruptData(
+                f"session {session_id!r} points at boundary seq {boundary_seq}, which is "
+                "missing: the database is damaged"
+            )
+        return CompactionBoundary.project(events)
+
+    def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
+        with self._conn(f"reading session {session_id!r}") as conn:
+            row = conn.execute(self._q.event_by_id, (session_id, event_id), binary=True).fetchone()
+        return None if row is None else _event(session_id, row)
+
+
+def _refuse_boundaries(batch: list[SessionEvent], missing: set[str]) -> None:
+    """Raise the `InvalidInput` `check_boundaries` gives for boundaries naming `missing`."""
+    check_boundaries(batch, lambda ids: set(ids) - missing)
+    raise InvalidInput(
+        "a compaction event names events that are not message events of this session: "
+        f"{', '.join(sorted(missing)[:5])}"
+    )
+
+
+def _session_params(session: Session) -> tuple[Any, ...]:
+    return (
+        check_id(session.id, "session id"),
+        session.created_at,
+        session.expires_at,
+        dump_json(dict(session.metadata)),
+    )
+
+
+def _session(row: Any) -> Session:
+    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
+    if not isinstance(metadata, dict):
+        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
+    return Session(
+        id=row[0],
+        created_at=row[1].astimezone(UTC),
+        expires_at=None if row[2] is None else row[2].astimezone(UTC),
+        metadata=metadata,
+    )
+
+
+def _event(session_id: str, row: Any) -> SessionEvent:
+    return decode_event(
+        event_id=row[1],
+        session_id=session_id,
+        seq=row[0],
+        type_name=row[2],
+        timestamp_micros=row[3],
+        synthetic=row[4],
+        body=row[5],
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _where(dsn: str) -> str:
+    """The host, port and database of `dsn`, without the password."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparsable DSN"
+    return (
+        f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
+        f"database {info.get('dbname', '(default)')}"
+    )

@@ -1,0 +1,508 @@
+"""The PostgreSQL schema of `PostgresStore`, and its versioned migrations.
+
+Everything lives in one PostgreSQL schema (`turnlog` by default), so several independent stores
+(or test runs) can share a database. The tables:
+
+- `schema_version`: one row per applied migration.
+- `sessions`: one row per session; `version` (the number of events in its log) and the pointer
+  to the newest compaction boundary (`boundary_seq`, plus `boundary_ids`, the ids the boundary
+  names from before itself), so reading a view never reads the covered history.
+- `events`: the logs. `(session_id, seq)` is the primary key and the concurrency guard; the
+  body is the codec's JSON bytes (`bytea`), decoded on the client. Optionally hash-partitioned
+  by `session_id`.
+- `event_ids`: `id` primary key -> `session_id`. Event ids are unique across sessions; with a
+  partitioned `events` table a unique index must include the partition key, so the global
+  uniqueness lives in this small table instead (in every layout, so there is one code path).
+- `indexed_keys` and `session_index`: the metadata keys the store indexes, and one row per
+  (key, JSON value, session), maintained by the server on every session write.
+
+Migrations run in one transaction under an advisory lock keyed on the schema name, so any
+number of processes may migrate at once: one does the work, the others wait and find it done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from turnlog.errors import CorruptData, InvalidInput, StoreError
+
+__all__ = ["SCHEMA_VERSION", "check_schema_name", "ensure_schema", "migrate"]
+
+SCHEMA_VERSION: Final = 1
+"""The newest schema version this turnlog knows."""
+
+MAX_INDEXED_BYTES: Final = 1024
+"""Longer metadata values (as JSON text) are not put in `session_index`; lookups of them fall
+back to a containment query on `sessions.metadata`."""
+
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def check_schema_name(schema: object) -> str:
+    """Return `schema` if it is a plain SQL identifier, else raise `InvalidInput`."""
+    if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
+        raise InvalidInput(
+            f"invalid PostgreSQL schema name {schema!r}: use 1-63 letters, digits and '_', "
+            "starting with a letter or '_'"
+        )
+    return schema
+
+
+def _check_partitions(partitions: object) -> int | None:
+    if partitions is None:
+        return None
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise InvalidInput(f"partitions must be None or an integer >= 1, got {partitions!r}")
+    if partitions > 1024:
+        raise InvalidInput(f"partitions must be at most 1024, got {partitions}")
+    return partitions
+
+
+# -- migration 1 ----------------------------------------------------------------------------
+
+_V1_TABLES: Final = """
+CREATE TABLE {s}.sessions (
+    id text PRIMARY KEY,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz,
+    metadata jsonb NOT NULL,
+    version bigint NOT NULL DEFAULT 0,
+    boundary_seq bigint,
+    boundary_ids text[] NOT NULL DEFAULT ARRAY[]::text[]
+);
+CREATE INDEX sessions_created ON {s}.sessions (created_at DESC, id DESC);
+CREATE INDEX sessions_expiry ON {s}.sessions (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX sessions_metadata ON {s}.sessions USING gin (metadata jsonb_path_ops);
+
+CREATE TABLE {s}.indexed_keys (name text PRIMARY KEY);
+CREATE TABLE {s}.session_index (
+    name text NOT NULL,
+    value text NOT NULL,
+    session_id text NOT NULL,
+    PRIMARY KEY (name, value, session_id)
+);
+CREATE INDEX session_index_session ON {s}.session_index (session_id);
+
+CREATE TABLE {s}.event_ids (
+    id text PRIMARY KEY,
+    session_id text NOT NULL
+);
+CREATE INDEX event_ids_session ON {s}.event_ids (session_id);
+"""
+
+_V1_EVENTS: Final = """
+CREATE TABLE {s}.events (
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    id text NOT NULL,
+    type text NOT NULL,
+    "timestamp" bigint NOT NULL,
+    role text,
+    synthetic boolean NOT NULL,
+    body bytea NOT NULL,
+    PRIMARY KEY (session_id, seq)
+)"""
+
+_V1_EVENTS_INDEX: Final = "CREATE UNIQUE INDEX events_session_event ON {s}.events (session_id, id)"
+
+_V1_COMMENTS: Final = """
+COMMENT ON COLUMN {s}.events."timestamp" IS 'microseconds since 1970-01-01 UTC';
+COMMENT ON COLUMN {s}.events.body IS 'turnlog codec JSON (format in the "v" key), UTF-8';
+COMMENT ON COLUMN {s}.session_index.value IS 'the metadata value as jsonb text: type-exact';
+"""
+
+# The fast append path: the (session_id, seq) primary key is the concurrency guard. The rows go
+# in at p_expected + 1, ...; a slower writer proposing the same seqs gets a unique violation and
+# the client asks `append_check` what happened. The session row is updated last, guarded by its
+# version, so a writer that expected a version the log never reached (a gap) rolls back too.
+_V1_APPEND: Final = """
+CREATE FUNCTION {s}.append_events(
+    p_session text, p_expected bigint, p_ids text[], p_types text[], p_ts bigint[],
+    p_roles text[], p_synthetic boolean[], p_bodies bytea[], p_required text[],
+    p_boundary_at bigint, p_boundary_ids text[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v bigint := p_expected;
+    n bigint := cardinality(p_ids);
+BEGIN
+    IF v IS NULL THEN
+        SELECT s.version INTO v FROM {s}.sessions s WHERE s.id = p_session;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF cardinality(p_required) > 0 AND EXISTS (
+        SELECT 1 FROM unnest(p_required) AS r(id) WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.events e
+            WHERE e.session_id = p_session AND e.id = r.id AND e.type = 'MESSAGE'))
+    THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body)
+    SELECT p_session, v + u.o, u.id, u.type, u.ts, u.role, u.synthetic, u.body
+    FROM unnest(p_ids, p_types, p_ts, p_roles, p_synthetic, p_bodies)
+        WITH ORDINALITY AS u(id, type, ts, role, synthetic, body, o);
+    INSERT INTO {s}.event_ids (id, session_id)
+    SELECT u.id, p_session FROM unnest(p_ids) AS u(id) ORDER BY u.id;
+    IF p_boundary_at IS NULL THEN
+        UPDATE {s}.sessions SET version = v + n WHERE id = p_session AND version = v;
+    ELSE
+        UPDATE {s}.sessions
+        SET version = v + n, boundary_seq = v + p_boundary_at, boundary_ids = p_boundary_ids
+        WHERE id = p_session AND version = v;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'turnlog: session % is not at version %', p_session, v
+            USING ERRCODE = 'TLV01';
+    END IF;
+    RETURN v + n;
+END
+$fn$;
+"""
+
+# The slow path, after the fast one declined or failed: what is the state of this batch?
+_V1_CHECK: Final = """
+CREATE FUNCTION {s}.append_check(
+    p_session text, p_expected bigint, p_ids text[], p_required text[],
+    OUT status text, OUT version bigint, OUT detail text[]
+) LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    stored text[];
+    foreign_id text;
+BEGIN
+    SELECT s.version INTO version FROM {s}.sessions s WHERE s.id = p_session;
+    IF NOT FOUND THEN
+        status := 'not_found';
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(e.id) FILTER (WHERE e.session_id = p_session), ARRAY[]::text[]),
+           min(e.id) FILTER (WHERE e.session_id <> p_session)
+    INTO stored, foreign_id
+    FROM {s}.event_ids e WHERE e.id = ANY(p_ids);
+    IF foreign_id IS NOT NULL THEN
+        status := 'foreign';
+        detail := ARRAY[foreign_id];
+    ELSIF cardinality(stored) = cardinality(p_ids) THEN
+        status := 'stored';
+    ELSIF cardinality(stored) > 0 THEN
+        status := 'partial';
+        detail := stored;
+    ELSIF p_expected IS NOT NULL AND version <> p_expected THEN
+        status := 'conflict';
+    ELSE
+        SELECT array_agg(r.id) INTO detail FROM unnest(p_required) AS r(id) WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.events e
+            WHERE e.session_id = p_session AND e.id = r.id AND e.type = 'MESSAGE');
+        status := CASE WHEN detail IS NULL THEN 'retry' ELSE 'missing' END;
+    END IF;
+END
+$fn$;
+"""
+
+# Session rows and their index rows, in one call. The server derives the index rows from the
+# metadata and the keys in `indexed_keys`, so every writer indexes the same keys.
+_V1_PUT_SESSION: Final = """
+CREATE FUNCTION {s}.put_session(
+    p_id text, p_created timestamptz, p_expires timestamptz, p_metadata jsonb, p_create boolean
+) RETURNS boolean LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF p_create THEN
+        INSERT INTO {s}.sessions (id, created_at, expires_at, metadata)
+        VALUES (p_id, p_created, p_expires, p_metadata) ON CONFLICT (id) DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+    ELSE
+        INSERT INTO {s}.sessions AS s (id, created_at, expires_at, metadata)
+        VALUES (p_id, p_created, p_expires, p_metadata)
+        ON CONFLICT (id) DO UPDATE
+        SET expires_at = excluded.expires_at, metadata = excluded.metadata;
+        DELETE FROM {s}.session_index WHERE session_id = p_id;
+    END IF;
+    INSERT INTO {s}.session_index (name, value, session_id)
+    SELECT k.name, (p_metadata -> k.name)::text, p_id
+    FROM {s}.indexed_keys k
+    WHERE jsonb_typeof(p_metadata -> k.name) IN ('string', 'number', 'boolean')
+      AND octet_length((p_metadata -> k.name)::text) <= {max_indexed};
+    RETURN true;
+END
+$fn$;
+"""
+
+# Deleting: the session rows first (this waits for an append in flight on them, and re-checks
+# the expiry of a row whose TTL was extended meanwhile), then, each statement with a fresh
+# snapshot, everything of the sessions actually deleted.
+_V1_DELETE: Final = """
+CREATE FUNCTION {s}.purge(p_gone text[]) RETURNS bigint LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF cardinality(p_gone) > 0 THEN
+        DELETE FROM {s}.events WHERE session_id = ANY(p_gone);
+        DELETE FROM {s}.event_ids WHERE session_id = ANY(p_gone);
+        DELETE FROM {s}.session_index WHERE session_id = ANY(p_gone);
+    END IF;
+    RETURN cardinality(p_gone);
+END
+$fn$;
+
+CREATE FUNCTION {s}.delete_session(p_id text) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    gone text[];
+BEGIN
+    WITH d AS (DELETE FROM {s}.sessions WHERE id = p_id RETURNING id)
+    SELECT coalesce(array_agg(d.id), ARRAY[]::text[]) INTO gone FROM d;
+    RETURN {s}.purge(gone);
+END
+$fn$;
+
+CREATE FUNCTION {s}.delete_expired(p_before timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    gone text[];
+BEGIN
+    WITH d AS (
+        DELETE FROM {s}.sessions WHERE expires_at IS NOT NULL AND expires_at <= p_before
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(d.id), ARRAY[]::text[]) INTO gone FROM d;
+    RETURN {s}.purge(gone);
+END
+$fn$;
+"""
+
+
+def _split(script: str) -> list[str]:
+    """Statements of a DDL script; a function body ($fn$ ... $fn$) stays whole."""
+    out: list[str] = []
+    for chunk in re.split(r"(\$fn\$.*?\$fn\$)", script, flags=re.S):
+        if chunk.startswith("$fn$"):
+            out[-1] += chunk
+            continue
+        parts = chunk.split(";")
+        if out:
+            out[-1] += parts[0]
+            parts = parts[1:]
+        out.extend(parts)
+    return [s.strip() for s in out if s.strip()]
+
+
+def _migration_1(partitions: int | None) -> list[str]:
+    statements = _split(_V1_TABLES)
+    if partitions is None:
+        statements.append(_V1_EVENTS)
+    else:
+        statements.append(_V1_EVENTS + " PARTITION BY HASH (session_id)")
+        statements += [
+            f"CREATE TABLE {{s}}.events_p{i} PARTITION OF {{s}}.events "
+            f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+            for i in range(partitions)
+        ]
+    statements.append(_V1_EVENTS_INDEX)
+    statements += _split(_V1_COMMENTS)
+    for script in (_V1_APPEND, _V1_CHECK, _V1_PUT_SESSION, _V1_DELETE):
+        statements += _split(script.replace("{max_indexed}", str(MAX_INDEXED_BYTES)))
+    return statements
+
+
+_MIGRATIONS: Final = {1: _migration_1}
+
+
+# -- applying -------------------------------------------------------------------------------
+
+
+def _q(statement: str, schema: str) -> sql.Composed:
+    # Only {s} is a placeholder; the DDL holds no other braces.
+    return sql.SQL(statement).format(s=sql.Identifier(schema))
+
+
+def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The applied schema version; None when the schema has no turnlog tables.
+
+    Raises:
+        CorruptData: the schema holds tables of something else.
+    """
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s "
+        "AND tablename = 'schema_version')",
+        (schema,),
+    ).fetchone()
+    if row is not None and row[0]:
+        found = conn.execute(_q("SELECT max(version) FROM {s}.schema_version", schema)).fetchone()
+        if found is None or not isinstance(found[0], int):
+            raise CorruptData(
+                f"PostgreSQL schema {schema!r}: the turnlog schema version is missing"
+            )
+        return found[0]
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+        )
+    ]
+    if tables:
+        raise CorruptData(
+            f"PostgreSQL schema {schema!r} holds tables of something else "
+            f"({', '.join(tables[:5])}): give turnlog a schema of its own (schema=...)"
+        )
+    return None
+
+
+def _partition_count(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    row = conn.execute(
+        "SELECT p.partrelid IS NOT NULL, (SELECT count(*) FROM pg_inherits i "
+        "WHERE i.inhparent = c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid "
+        "WHERE n.nspname = %s AND c.relname = 'events'",
+        (schema,),
+    ).fetchone()
+    if row is None or not row[0]:
+        return None
+    return int(row[1])
+
+
+def _check_version(found: int | None, schema: str, *, migrating: bool) -> None:
+    if found is not None and found > SCHEMA_VERSION:
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} has turnlog schema version {found}, made by a newer "
+            f"turnlog than this one (which knows up to {SCHEMA_VERSION}): upgrade turnlog"
+        )
+    if not migrating and (found is None or found < SCHEMA_VERSION):
+        what = "has no turnlog tables" if found is None else f"is at schema version {found}"
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} {what}; this turnlog needs version {SCHEMA_VERSION}: "
+            "run `turnlog migrate --store postgresql://...` (or open the store with "
+            "migrate=True)"
+        )
+
+
+def ensure_schema(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    *,
+    partitions: int | None = None,
+    migrate: bool = True,
+    indexed_keys: Sequence[str] = (),
+) -> list[str]:
+    """Check the schema, migrate it when asked, and register `indexed_keys`.
+
+    `conn` must be in autocommit mode. Returns every indexed key of the schema.
+
+    Raises:
+        StoreError: the schema is missing or old and `migrate` is False; it is newer than this
+            turnlog; or its partitioning differs from `partitions`.
+        CorruptData: the schema holds tables of something else.
+    """
+    schema = check_schema_name(schema)
+    partitions = _check_partitions(partitions)
+    found = _installed_version(conn, schema)
+    _check_version(found, schema, migrating=migrate)
+    if found != SCHEMA_VERSION:
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('turnlog.migrate:' || %s, 0))",
+                (schema,),
+            )
+            conn.execute(_q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+            found = _installed_version(conn, schema)
+            _check_version(found, schema, migrating=True)
+            if found is None:
+                conn.execute(
+                    _q(
+                        "CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
+                        "applied_at timestamptz NOT NULL DEFAULT now())",
+                        schema,
+                    )
+                )
+            for version in range((found or 0) + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version](partitions):
+                    conn.execute(_q(statement, schema))
+                conn.execute(
+                    _q("INSERT INTO {s}.schema_version (version) VALUES (%s)", schema), (version,)
+                )
+    if partitions is not None:
+        actual = _partition_count(conn, schema)
+        if actual != partitions:
+            made = "without partitions" if actual is None else f"with {actual} partitions"
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} was made {made}, not {partitions}: partitioning "
+                "is fixed when a schema is made; pass partitions=None to use it as it is, or "
+                "pick a new schema"
+            )
+    return _register_keys(conn, schema, indexed_keys)
+
+
+def _register_keys(conn: psycopg.Connection[Any], schema: str, keys: Sequence[str]) -> list[str]:
+    """Add `keys` to the indexed keys, indexing the sessions that have them already."""
+    known = [r[0] for r in conn.execute(_q("SELECT name FROM {s}.indexed_keys", schema))]
+    new = sorted(set(keys) - set(known))
+    if new:
+        with conn.transaction():
+            # Writers of sessions wait while the new keys are indexed, so none is missed.
+            conn.execute(_q("LOCK TABLE {s}.sessions IN SHARE MODE", schema))
+            added = [
+                r[0]
+                for r in conn.execute(
+                    _q(
+                        "INSERT INTO {s}.indexed_keys (name) SELECT unnest(%s::text[]) "
+                        "ON CONFLICT DO NOTHING RETURNING name",
+                        schema,
+                    ),
+                    (new,),
+                )
+            ]
+            conn.execute(
+                _q(
+                    "INSERT INTO {s}.session_index (name, value, session_id) "
+                    "SELECT k.name, (s.metadata -> k.name)::text, s.id "
+                    "FROM {s}.sessions s, unnest(%s::text[]) AS k(name) "
+                    "WHERE jsonb_typeof(s.metadata -> k.name) IN ('string', 'number', 'boolean') "
+                    "AND octet_length((s.metadata -> k.name)::text) <= %s "
+                    "ON CONFLICT DO NOTHING",
+                    schema,
+                ),
+                (added, MAX_INDEXED_BYTES),
+            )
+        known = [r[0] for r in conn.execute(_q("SELECT name FROM {s}.indexed_keys", schema))]
+    return sorted(known)
+
+
+def migrate(
+    dsn: str,
+    *,
+    schema: str = "turnlog",
+    partitions: int | None = None,
+    connect_timeout: float = 10.0,
+) -> int:
+    """Create or upgrade the turnlog schema in the database at `dsn`; what `turnlog migrate` runs.
+
+    Safe to run from several processes at once, and again and again.
+
+    Args:
+        dsn: a libpq connection string or URL (`postgresql://user@host:5432/dbname`).
+        schema: the PostgreSQL schema that holds the tables.
+        partitions: hash-partition the events by session id into this many partitions, when
+            the schema is made; None for one table (or to accept what exists).
+        connect_timeout: seconds to wait for the server.
+
+    Returns:
+        The schema version, now `SCHEMA_VERSION`.
+
+    Raises:
+        InvalidInput: a bad schema name or partition count.
+        StoreError: the server cannot be reached; the schema is newer than this turnlog, or
+            partitioned differently.
+        CorruptData: the schema holds tables of something else.
+    """
+    schema = check_schema_name(schema)
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))
+        ) as conn:
+            ensure_schema(conn, schema, partitions=partitions, migrate=True)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot migrate PostgreSQL schema {schema!r}: {exc}") from exc
+    return SCHEMA_VERSION

@@ -1,0 +1,505 @@
+"""PostgresStore on the real server: the contract, and what only PostgreSQL does.
+
+Every test gets a fresh PostgreSQL schema with a random name, dropped afterwards.
+"""
+
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from turnlog import (
+    CompactionWindow,
+    CorruptData,
+    InvalidInput,
+    Message,
+    Session,
+    SessionEvent,
+    SessionService,
+    StoreError,
+    WindowCompactionStrategy,
+)
+from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, migrate
+from turnlog.testing import StoreContract
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def drop_schema(dsn, schema):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn):
+    """A fresh schema name; the schema is dropped after the test."""
+    name = f"tl_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    drop_schema(postgres_dsn, name)
+
+
+@pytest.fixture
+def admin(postgres_dsn):
+    """A plain autocommit connection, for looking behind the store's back."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def store(postgres_dsn, pg_schema):
+    with PostgresStore(postgres_dsn, schema=pg_schema, pool_max=4) as store:
+        yield store
+
+
+def q(text, schema):
+    return sql.SQL(text).format(s=sql.Identifier(schema))
+
+
+def turn(sid, n):
+    return [
+        SessionEvent.for_message(sid, Message.user(f"question {n}")),
+        SessionEvent.for_message(sid, Message.assistant(f"answer {n}")),
+    ]
+
+
+# -- the contract -------------------------------------------------------------------------------
+
+
+class TestPostgresStore(StoreContract):
+    partitions = None
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, postgres_dsn, pg_schema):
+        self.dsn, self.schema_name = postgres_dsn, pg_schema
+
+    def make_store(self, tmp_path):
+        return PostgresStore(
+            self.dsn, schema=self.schema_name, partitions=self.partitions, pool_max=4
+        )
+
+    def open_again(self, store, tmp_path):
+        return PostgresStore(self.dsn, schema=self.schema_name, pool_max=4)
+
+
+class TestPartitionedPostgresStore(TestPostgresStore):
+    partitions = 4
+
+
+# -- partitions -----------------------------------------------------------------------------------
+
+
+def _relations(plan):
+    """Every relation a JSON plan reads."""
+    found = []
+    stack = [plan[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        if "Relation Name" in node:
+            found.append(node["Relation Name"])
+        stack.extend(node.get("Plans", []))
+    return found
+
+
+def test_a_session_read_touches_one_partition(postgres_dsn, pg_schema, admin):
+    sid = "session-0042"
+    with PostgresStore(postgres_dsn, schema=pg_schema, partitions=4) as store:
+        for i in range(12):
+            other = f"session-{i:04d}"
+            store.create_session(Session(other, T0))
+            store.append_events(other, turn(other, i), 0)
+        store.create_session(Session(sid, T0))
+        events = [*turn(sid, 1), *turn(sid, 2)]
+        store.append_events(sid, events, 0)
+        service = SessionService(store)
+        service.compact(
+            sid, lambda r: True, WindowCompactionStrategy(CompactionWindow.last_turns(1))
+        )
+        assert store.version(sid) == 5
+        queries = {"view": store._q.view, "events": store._q.events}
+    holders = {
+        r[0]
+        for r in admin.execute(
+            q("SELECT tableoid::regclass::text FROM {s}.events WHERE session_id = %s", pg_schema),
+            (sid,),
+        )
+    }
+    assert len(holders) == 1
+    holder = holders.pop().split(".")[-1].strip('"')
+    used = {holder}
+    for name, query in queries.items():
+        plan = admin.execute("EXPLAIN (FORMAT JSON) " + query, {"sid": sid}).fetchone()[0]
+        partitions = {r for r in _relations(plan) if r.startswith("events")}
+        assert partitions == {holder}, f"the {name} read plans {partitions}"
+    # The partitions really spread the sessions.
+    spread = admin.execute(
+        q("SELECT count(DISTINCT tableoid) FROM {s}.events", pg_schema)
+    ).fetchone()[0]
+    assert spread > 1 and used
+
+
+# -- schema and migrations ------------------------------------------------------------------------
+
+
+def test_migrate_is_idempotent_and_safe_to_race(postgres_dsn, pg_schema, admin):
+    results, errors = [], []
+    barrier = threading.Barrier(6)
+
+    def run():
+        barrier.wait()
+        try:
+            results.append(migrate(postgres_dsn, schema=pg_schema, partitions=2))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == [SCHEMA_VERSION] * 6
+    assert migrate(postgres_dsn, schema=pg_schema) == SCHEMA_VERSION
+    versions = [r[0] for r in admin.execute(q("SELECT version FROM {s}.schema_version", pg_schema))]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    with PostgresStore(postgres_dsn, schema=pg_schema, migrate=False) as store:
+        store.create_session(Session("s", T0))
+        assert store.version("s") == 0
+
+
+def test_without_migrate_a_missing_schema_says_how_to_make_it(postgres_dsn, pg_schema):
+    with pytest.raises(StoreError, match="turnlog migrate"):
+        PostgresStore(postgres_dsn, schema=pg_schema, migrate=False)
+
+
+def test_a_schema_from_a_newer_turnlog_is_refused(postgres_dsn, pg_schema, admin):
+    migrate(postgres_dsn, schema=pg_schema)
+    admin.execute(
+        q("INSERT INTO {s}.schema_version (version) VALUES (%s)", pg_schema), (SCHEMA_VERSION + 1,)
+    )
+    with pytest.raises(StoreError, match="newer turnlog"):
+        PostgresStore(postgres_dsn, schema=pg_schema)
+    with pytest.raises(StoreError, match="newer turnlog"):
+        migrate(postgres_dsn, schema=pg_schema)
+
+
+def test_a_schema_of_something_else_is_refused(postgres_dsn, pg_schema, admin):
+    admin.execute(q("CREATE SCHEMA {s}", pg_schema))
+    admin.execute(q("CREATE TABLE {s}.invoices (id int)", pg_schema))
+    with pytest.raises(CorruptData, match="invoices"):
+        PostgresStore(postgres_dsn, schema=pg_schema)
+    tables = admin.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (pg_schema,)
+    ).fetchall()
+    assert tables == [("invoices",)]
+
+
+def test_partitioning_is_fixed_when_the_schema_is_made(postgres_dsn, pg_schema):
+    migrate(postgres_dsn, schema=pg_schema, partitions=2)
+    with pytest.raises(StoreError, match="2 partitions"):
+        PostgresStore(postgres_dsn, schema=pg_schema, partitions=4)
+    with pytest.raises(StoreError, match=r"without partitions|2 partitions"):
+        migrate(postgres_dsn, schema=pg_schema, partitions=3)
+    PostgresStore(postgres_dsn, schema=pg_schema).close()  # None accepts what exists
+
+
+@pytest.mark.parametrize(
+    "schema", ['x"; DROP SCHEMA public; --', "a-b", "", "9lives", "x" * 64, "ünï"]
+)
+def test_schema_names_must_be_plain_identifiers(postgres_dsn, schema):
+    with pytest.raises(InvalidInput, match="schema name"):
+        PostgresStore(postgres_dsn, schema=schema)
+    with pytest.raises(InvalidInput, match="schema name"):
+        migrate(postgres_dsn, schema=schema)
+
+
+# -- pools and connections ------------------------------------------------------------------------
+
+
+def test_a_store_closes_the_pool_it_made_and_only_that(postgres_dsn, pg_schema):
+    store = PostgresStore(postgres_dsn, schema=pg_schema)
+    store.close()
+    assert store._pool.closed
+    with pytest.raises(StoreError, match="closed"):
+        store.version("s")
+    with ConnectionPool(
+        postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True
+    ) as pool:
+        with PostgresStore(pool, schema=pg_schema) as store:
+            store.create_session(Session("s", T0))
+        assert not pool.closed
+        with PostgresStore(pool, schema=pg_schema) as again:
+            assert again.find_session("s") is not None
+
+
+def test_a_pool_without_autocommit_is_refused(postgres_dsn, pg_schema):
+    with (
+        ConnectionPool(postgres_dsn, min_size=1, max_size=1, open=True) as pool,
+        pytest.raises(InvalidInput, match="autocommit"),
+    ):
+        PostgresStore(pool, schema=pg_schema)
+
+
+def test_an_unreachable_server_is_a_clear_error():
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=r"cannot connect to PostgreSQL.*port 1"):
+        PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=2)
+    assert time.monotonic() - started < 10
+
+
+# -- isolation and bad input ----------------------------------------------------------------------
+
+HOSTILE = [
+    "a'b",
+    'a"b',
+    "a%",
+    "%",
+    "%s",
+    "%(sid)s",
+    "{a}",
+    "{s}",
+    "a*",
+    "*",
+    "a\\b",
+    "ünï €",
+    "'; DELETE FROM events; --",
+    "$1",
+    "$fn$",
+    "a_",
+    "_",
+    "日本語 🌦",
+]
+
+
+def test_hostile_session_ids_reach_only_their_own_rows(store):
+    for i, sid in enumerate(HOSTILE):
+        store.create_session(Session(sid, T0 + timedelta(seconds=i), metadata={"owner": sid}))
+        store.append_events(sid, turn(sid, i), 0)
+    assert store.delete_session("%") is True
+    assert store.delete_session("*") is True
+    assert store.delete_session("a_x") is False
+    survivors = [s for s in HOSTILE if s not in ("%", "*")]
+    assert {s.id for s in store.list_sessions()} == set(survivors)
+    for i, sid in enumerate(HOSTILE):
+        if sid in ("%", "*"):
+            continue
+        assert [e.message.text for e in store.events(sid) if e.message] == [
+            f"question {i}",
+            f"answer {i}",
+        ]
+        assert len(store.view(sid)) == 2
+        assert [s.id for s in store.find_by_metadata("owner", sid)] == [sid]
+
+
+def test_hostile_metadata_is_matched_literally(store):
+    nasty = {
+        "owner": "x'); DROP TABLE sessions; --",
+        "o'wn%er*": 'x"{y}\n%',
+        "{}": "}{",
+        "line\nbreak": "tab\there",
+        "ünï": "€ 🌦",
+        "%s": "%(name)s",
+    }
+    store.create_session(Session("a", T0, metadata=nasty))
+    store.create_session(Session("b", T0, metadata={"owner": "x", "o'wn%er*": "x"}))
+    for name, value in nasty.items():
+        assert [s.id for s in store.find_by_metadata(name, value)] == ["a"], name
+    assert store.find_by_metadata("owner", "x'%") == []
+    assert store.find_by_metadata("o%", "%") == []
+    assert store.find_by_metadata("owner", "%") == []
+    assert store.find_session("a").metadata == nasty
+
+
+def test_metadata_postgresql_cannot_hold_is_refused_with_nothing_written(store):
+    with pytest.raises(InvalidInput, match="U\\+0000"):
+        store.create_session(Session("a", T0, metadata={"k": "nul\x00byte"}))
+    assert store.find_session("a") is None
+    assert store.find_by_metadata("k", "nul\x00byte") == []
+
+
+def test_find_by_metadata_is_type_exact_on_indexed_and_other_keys(store):
+    values = {"owner": 1, "tier": 1}
+    store.create_session(Session("int", T0, metadata=values))
+    store.create_session(Session("str", T0, metadata={"owner": "1", "tier": "1"}))
+    store.create_session(Session("float", T0, metadata={"owner": 1.0, "tier": 1.0}))
+    store.create_session(Session("bool", T0, metadata={"owner": True, "tier": True}))
+    store.create_session(Session("list", T0, metadata={"owner": [1], "tier": [1]}))
+    for key in ("owner", "tier"):  # indexed, and not
+        assert [s.id for s in store.find_by_metadata(key, 1)] == ["int"]
+        assert [s.id for s in store.find_by_metadata(key, "1")] == ["str"]
+        assert [s.id for s in store.find_by_metadata(key, True)] == ["bool"]
+        assert store.find_by_metadata(key, False) == []
+
+
+def test_indexed_lookups_use_the_index_table_and_follow_saves(store, admin, pg_schema):
+    long_value = "v" * 3000
+    store.create_session(Session("a", T0, metadata={"owner": "ann", "user_id": long_value}))
+    rows = admin.execute(
+        q("SELECT name, value, session_id FROM {s}.session_index ORDER BY name", pg_schema)
+    ).fetchall()
+    assert rows == [("owner", '"ann"', "a")]  # the long value is not indexed
+    assert [s.id for s in store.find_by_metadata("user_id", long_value)] == ["a"]
+    store.save_session(Session("a", T0, metadata={"owner": "bob"}))
+    assert store.find_by_metadata("owner", "ann") == []
+    assert [s.id for s in store.find_by_metadata("owner", "bob")] == ["a"]
+    store.delete_session("a")
+    assert admin.execute(q("SELECT count(*) FROM {s}.session_index", pg_schema)).fetchone() == (0,)
+
+
+def test_a_newly_indexed_key_is_filled_in_for_existing_sessions(postgres_dsn, pg_schema, admin):
+    with PostgresStore(postgres_dsn, schema=pg_schema, indexed_keys=("owner",)) as first:
+        first.create_session(Session("a", T0, metadata={"team": "red"}))
+        assert "team" not in first.indexed_keys
+        with PostgresStore(
+            postgres_dsn, schema=pg_schema, indexed_keys=("owner", "team")
+        ) as second:
+            assert {"owner", "team"} <= second.indexed_keys
+            assert [s.id for s in second.find_by_metadata("team", "red")] == ["a"]
+            # The first handle still writes index rows for the key the second one added.
+            first.create_session(Session("b", T0, metadata={"team": "red"}))
+            assert [s.id for s in second.find_by_metadata("team", "red")] == ["a", "b"]
+            assert [s.id for s in first.find_by_metadata("team", "red")] == ["a", "b"]
+    indexed = admin.execute(
+        q("SELECT session_id FROM {s}.session_index WHERE name = 'team' ORDER BY 1", pg_schema)
+    ).fetchall()
+    assert indexed == [("a",), ("b",)]
+
+
+# -- damage ---------------------------------------------------------------------------------------
+
+
+def _damage(admin, schema, sid, seq, body=b"\x00{not json"):
+    admin.execute(
+        q("UPDATE {s}.events SET body = %s WHERE session_id = %s AND seq = %s", schema),
+        (body, sid, seq),
+    )
+
+
+def test_a_damaged_row_names_its_session_and_seq_and_spares_others(store, admin, pg_schema):
+    service = SessionService(store)
+    for sid in ("a", "b"):
+        service.create(sid)
+        for i in range(3):
+            service.append_message(sid, Message.user(f"{sid}{i}"))
+    _damage(admin, pg_schema, "a", 2)
+    with pytest.raises(CorruptData, match=r"seq 2 .* session 'a'"):
+        store.events("a")
+    with pytest.raises(CorruptData, match=r"seq 2 .* session 'a'"):
+        store.view("a")
+    assert [e.message.text for e in store.events("b") if e.message] == ["b0", "b1", "b2"]
+    assert [e.message.text for e in store.view("b") if e.message] == ["b0", "b1", "b2"]
+    assert store.version("a") == 3
+    service.append_message("a", Message.user("still writable"))
+    assert store.version("a") == 4
+
+
+def test_reading_the_view_does_not_read_the_covered_history(store, admin, pg_schema):
+    service = SessionService(store)
+    service.create("s")
+    for i in range(10):
+        service.append_message("s", Message.user(f"u{i}"))
+        service.append_message("s", Message.assistant(f"a{i}"))
+    result = service.compact(
+        "s", lambda r: True, WindowCompactionStrategy(CompactionWindow.last_turns(2))
+    )
+    assert not result.unchanged
+    view_before = service.view("s")
+    _damage(admin, pg_schema, "s", 1)  # a covered event
+    assert store.view("s") == view_before
+    with pytest.raises(CorruptData):
+        store.events("s")
+
+
+def test_a_damaged_boundary_pointer_is_reported(store, admin, pg_schema):
+    store.create_session(Session("s", T0))
+    store.append_events("s", turn("s", 1), 0)
+    admin.execute(q("UPDATE {s}.sessions SET boundary_seq = 99 WHERE id = 's'", pg_schema))
+    with pytest.raises(CorruptData, match="boundary seq 99"):
+        store.view("s")
+
+
+# -- TTL ------------------------------------------------------------------------------------------
+
+
+def test_delete_expired_deletes_events_and_frees_their_ids(store, admin, pg_schema):
+    events = turn("old", 1)
+    store.create_session(Session("old", T0, expires_at=T0 + timedelta(minutes=1)))
+    store.create_session(Session("new", T0, expires_at=T0 + timedelta(hours=1)))
+    store.append_events("old", events, 0)
+    store.append_events("new", turn("new", 1), 0)
+    assert store.delete_expired(T0 + timedelta(minutes=30)) == 1
+    for table in ("events", "event_ids", "session_index"):
+        left = admin.execute(
+            q(f"SELECT count(*) FROM {{s}}.{table} WHERE session_id = 'old'", pg_schema)
+        ).fetchone()
+        assert left == (0,), table
+    # The ids of a deleted session may be used again, by any session.
+    again = [SessionEvent.for_message("new", e.message, event_id=e.id) for e in events]
+    assert store.append_events("new", again, 2) == 4
+
+
+def _waiters(admin, schema):
+    return admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND position(%s in query) > 0",
+        (schema,),
+    ).fetchone()[0]
+
+
+def _wait_for_waiters(admin, schema, n):
+    deadline = time.monotonic() + 10
+    while _waiters(admin, schema) < n:
+        assert time.monotonic() < deadline, f"{n} writers never queued for the row lock"
+        time.sleep(0.01)
+
+
+def test_a_ttl_extended_concurrently_is_kept(store, postgres_dsn, pg_schema, admin):
+    store.create_session(Session("a", T0, expires_at=T0 + timedelta(minutes=1)))
+    store.append_events("a", turn("a", 1), 0)
+    deleted = []
+    extend = threading.Thread(
+        target=store.save_session,
+        args=(Session("a", T0, expires_at=T0 + timedelta(hours=2)),),
+    )
+    sweep = threading.Thread(
+        target=lambda: deleted.append(store.delete_expired(T0 + timedelta(hours=1)))
+    )
+    with psycopg.connect(postgres_dsn, autocommit=True) as holder, holder.transaction():
+        # Hold the row, so both writers queue for it: the extension first, then the sweep.
+        holder.execute(q("SELECT 1 FROM {s}.sessions WHERE id = 'a' FOR UPDATE", pg_schema))
+        extend.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+        sweep.start()
+        _wait_for_waiters(admin, pg_schema, 2)
+    extend.join(10)
+    sweep.join(10)
+    assert deleted == [0]
+    found = store.find_session("a")
+    assert found is not None and found.expires_at == T0 + timedelta(hours=2)
+    assert store.version("a") == 2
+
+
+def test_an_append_racing_a_delete_leaves_no_orphans(store, postgres_dsn, pg_schema, admin):
+    store.create_session(Session("a", T0, expires_at=T0))
+    outcome = []
+
+    def append():
+        try:
+            outcome.append(store.append_events("a", turn("a", 1), 0))
+        except Exception as exc:
+            outcome.append(type(exc).__name__)
+
+    writer = threading.Thread(target=append)
+    with psycopg.connect(postgres_dsn, autocommit=True) as holder, holder.transaction():
+        holder.execute(q("SELECT 1 FROM {s}.sessions WHERE id = 'a' FOR UPDATE", pg_schema))
+        writer.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+        holder.execute(q("DELETE FROM {s}.sessions WHERE id = 'a'", pg_schema))
+    writer.join(10)
+    assert outcome == ["SessionNotFound"]
+    for table in ("events", "event_ids"):
+        count = admin.execute(q(f"SELECT count(*) FROM {{s}}.{table}", pg_schema)).fetchone()
+        assert count == (0,), table
