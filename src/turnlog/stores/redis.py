@@ -1,0 +1,843 @@
+"""`RedisStore` and `RedisClusterStore`: sessions in Redis, or in a Redis Cluster.
+
+Every key of a session carries one hash tag, `<prefix>:{<escaped session id>}:...`, so all of a
+session lives in one slot, and each write is one Lua script there: the version check, the skip of
+ids already stored, the batch, the version and the pointer to the newest boundary, all or nothing.
+The view is read from that pointer without touching the covered history. Event ids are unique
+across sessions through one small key per id (`<prefix>:id:<escaped id>`): on one server the
+append script claims them itself; on a cluster they live in other slots, so they are claimed
+just before the script and fenced by the session's incarnation (see docs/redis.md).
+
+The cross-session indexes (sessions by creation and by expiry, metadata values) are hints kept
+beside the sessions: written before a session write, cleaned after a delete, and verified against
+the session on every read, so a crash between two steps never yields a wrong answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from urllib.parse import quote, unquote, urlsplit
+
+import msgspec
+
+from turnlog.codec import decode_event, dump_json, encode_body, from_micros, load_json, to_micros
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import (
+    CorruptData,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StoreError,
+    VersionConflict,
+)
+from turnlog.events import EventType, Session, SessionEvent
+from turnlog.stores.base import (
+    Clock,
+    EventFilter,
+    apply_filter,
+    check_batch,
+    check_boundaries,
+    utc_now,
+)
+
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as _RedisCluster
+    from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("RedisStore needs redis-py: pip install 'turnlog[redis]'") from exc
+
+__all__ = ["RedisClusterStore", "RedisStore"]
+
+_ATTEMPTS: Final = 16
+_CHUNK: Final = 5_000  # records per read script call
+_PIPE: Final = 1_000  # commands per pipeline round trip
+_INDEXED_LENGTH: Final = 512  # longer metadata (name + value) is searched by a scan
+_header_encoder: Final = msgspec.json.Encoder()
+_header_decoder: Final = msgspec.json.Decoder(tuple[str, str, int, int])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _load_scripts() -> dict[str, str]:
+    text = resources.files("turnlog.stores").joinpath("redis_scripts.lua").read_text("utf-8")
+    scripts: dict[str, str] = {}
+    for part in text.split("\n--! ")[1:]:
+        name, _, body = part.partition("\n")
+        scripts[name.strip()] = body
+    return scripts
+
+
+_SCRIPTS: Final = _load_scripts()
+
+
+def _guarded(
+    method: Callable[Concatenate[RedisStore, _P], _R],
+) -> Callable[Concatenate[RedisStore, _P], _R]:
+    """Refuse calls on a closed store; turn redis-py errors into `StoreError`."""
+
+    @functools.wraps(method)
+    def wrapper(self: RedisStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self._closed:
+            raise StoreError(f"the store on {self._where} is closed")
+        try:
+            return method(self, *args, **kwargs)
+        except (RedisError, RedisClusterException) as exc:
+            raise self._translate(exc) from exc
+
+    return wrapper
+
+
+class _Keys:
+    """Key names. Ids are percent-escaped (`quote(id, safe="")`), which leaves no `{`, `}`, `:`
+    or glob character in them: a session id can neither move its keys to another slot nor
+    produce another session's key names."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.created = f"{prefix}:{{:idx}}:c"  # ':' never survives escaping: no session has it
+        self.expiry = f"{prefix}:{{:idx}}:x"
+
+    def session(self, session_id: str) -> list[str]:
+        """The session hash, events, ids, reserved ids, index keys: one hash tag."""
+        base = f"{self.prefix}:{{{quote(session_id, safe='')}}}:"
+        return [base + suffix for suffix in ("s", "e", "i", "r", "k")]
+
+    def event(self, event_id: str) -> str:
+        return f"{self.prefix}:id:{quote(event_id, safe='')}"
+
+    def metadata(self, name: str, value: str | int | bool) -> str | None:
+        """The index set of `name` == `value` (type-exact), or None when it is too long."""
+        if isinstance(value, bool):
+            typed = "b1" if value else "b0"
+        elif isinstance(value, int):
+            typed = f"i{value}"
+        else:
+            typed = "s" + quote(value, safe="")
+        if len(name) + len(typed) > _INDEXED_LENGTH:
+            return None
+        return f"{self.prefix}:m:{quote(name, safe='')}:{typed}"
+
+
+def _member(session_id: str, inc: str) -> bytes:
+    """An index member: the session id, NUL, its incarnation (ids hold no NUL)."""
+    return session_id.encode("utf-8") + b"\x00" + inc.encode("ascii")
+
+
+def _split_member(member: bytes) -> tuple[str, str] | None:
+    sid, sep, inc = member.partition(b"\x00")
+    try:
+        return (sid.decode("utf-8"), inc.decode("ascii")) if sep else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _same(stored: object, value: object) -> bool:
+    return type(stored) is type(value) and stored == value
+
+
+class RedisStore:
+    """Sessions in one Redis server (5 or newer; 7 recommended). Thread-safe.
+
+    Args:
+        url_or_client: a `redis://`, `rediss://` or `unix://` URL (the store owns the connection
+            pool it opens and closes it in `close()`), or a `redis.Redis` client built with
+            `decode_responses=False` (the caller keeps owning it).
+        prefix: the first part of every key; several stores can share a server under different
+            prefixes. No `{`, `}` or whitespace.
+        clock: stamps events appended without a timestamp.
+        expiry_grace: Redis deletes a session's own keys by itself this long after it expires
+            (counted from the last write when it was written already expired). `delete_expired`
+            should run more often than that: it also cleans the session's index entries and
+            event-id claims, which key expiry cannot reach. None: no key expiry at all.
+        indexed_metadata: the top-level metadata keys `find_by_metadata` finds through an index
+            (string, integer and boolean values); None indexes every key. Other keys are found
+            by a scan of all sessions.
+        timeout: socket timeout in seconds, for a store built from a URL.
+        retries: how often redis-py retries a command after a connection error, for a store
+            built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
+            and retrying an append with the same event ids is always safe.
+
+    Raises:
+        InvalidInput: a bad URL, prefix or client.
+        StoreError: the server cannot be reached.
+    """
+
+    _cluster = False
+
+    def __init__(
+        self,
+        url_or_client: str | Any,
+        *,
+        prefix: str = "turnlog",
+        clock: Clock = utc_now,
+        expiry_grace: timedelta | None = timedelta(days=1),
+        indexed_metadata: Iterable[str] | None = None,
+        timeout: float = 10.0,
+        retries: int = 0,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \t\r\n"):
+            raise InvalidInput(
+                f"a Redis key prefix is a non-empty string without braces: {prefix!r}"
+            )
+        if expiry_grace is not None and (
+            not isinstance(expiry_grace, timedelta) or expiry_grace <= timedelta(0)
+        ):
+            raise InvalidInput(
+                f"expiry_grace must be a positive timedelta or None: {expiry_grace!r}"
+            )
+        self._closed = False
+        self._where = "Redis"
+        self._client, self._owned, self._where = self._connect(url_or_client, timeout, retries)
+        self._keys = _Keys(prefix)
+        self._clock = clock
+        self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
+        self._indexed = None if indexed_metadata is None else frozenset(indexed_metadata)
+        self._scripts = {
+            name: self._client.register_script(text) for name, text in _SCRIPTS.items()
+        }
+        self._incs: dict[str, str] = {}
+        self._incs_lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client the store uses."""
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every key of this store."""
+        return self._keys.prefix
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+        if isinstance(target, _RedisCluster) or (
+            isinstance(target, str) and "+cluster://" in target
+        ):
+            raise InvalidInput("this is a Redis Cluster: use RedisClusterStore for it")
+        if isinstance(target, str):
+            parts = urlsplit(target)
+            where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
+            try:
+                client = redis.Redis.from_url(
+                    target,
+                    retry=Retry(NoBackoff(), retries),
+                    socket_timeout=timeout,
+                    socket_connect_timeout=timeout,
+                )
+            except ValueError as exc:
+                raise InvalidInput(f"not a Redis URL: {exc}") from exc
+            return client, True, where
+        if isinstance(target, redis.Redis):
+            if target.get_connection_kwargs().get("decode_responses"):
+                raise InvalidInput("RedisStore needs a client with decode_responses=False")
+            kw = target.get_connection_kwargs()
+            return target, False, f"redis://{kw.get('host', '')}:{kw.get('port', '')}"
+        raise InvalidInput(
+            f"RedisStore takes a redis:// URL or a redis.Redis client, not {type(target).__name__}"
+        )
+
+    def close(self) -> None:
+        """Close the connection pool when the store opened it; the store is unusable after."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned:
+            self._client.close()
+
+    def __enter__(self) -> RedisStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _translate(self, exc: Exception) -> StoreError:
+        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            return StoreError(
+                f"lost the connection to {self._where} ({exc}): check that the server is up and "
+                "reachable. A write may or may not have landed; retrying an append with the "
+                "same event ids is safe, it never stores an event twice"
+            )
+        if isinstance(exc, redis.exceptions.ResponseError):
+            return StoreError(f"{self._where} refused a command: {exc}")
+        return StoreError(f"Redis error on {self._where}: {exc}")
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[name](keys=keys, args=args)
+
+    def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
+        """Run commands in pipelines of `_PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.
+
+        `options` go to redis-py's reply parsers (`get=True` for SET ... GET).
+        """
+        out: list[Any] = []
+        for at in range(0, len(commands), _PIPE):
+            chunk = commands[at : at + _PIPE]
+            for _ in range(2):
+                pipe = self._client.pipeline(transaction=False)
+                for command in chunk:
+                    pipe.execute_command(*command, **options)
+                results = pipe.execute(raise_on_error=False)
+                if not any(isinstance(r, NoScriptError) for r in results):
+                    break
+                self._client.script_load(_SCRIPTS["release"])
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            out += results
+        return out
+
+    def _release(self, claims: Iterable[tuple[str, bytes]]) -> None:
+        """Delete each event-id key that still holds the given claim."""
+        sha = self._scripts["release"].sha
+        self._pipeline([("EVALSHA", sha, 1, key, owner) for key, owner in claims])
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    @_guarded
+    def create_session(self, session: Session) -> None:
+        self._put(session, create=True)
+
+    @_guarded
+    def save_session(self, session: Session) -> None:
+        self._put(session, create=False)
+
+    def _put(self, session: Session, *, create: bool) -> None:
+        keys = self._keys.session(session.id)
+        metadata = dump_json(dict(session.metadata))
+        index = self._index_keys(session)
+        expires = None if session.expires_at is None else to_micros(session.expires_at)
+        for _ in range(_ATTEMPTS):
+            inc, created = self._client.hmget(keys[0], "inc", "c")
+            if inc is not None and create:
+                raise SessionAlreadyExists(session.id)
+            if inc is None:
+                inc, expected, created = secrets.token_hex(8), "", to_micros(session.created_at)
+            else:
+                inc, expected, created = inc.decode(), inc.decode(), int(created)
+            member = _member(session.id, inc)
+            # The index first: a crash leaves an extra entry (filtered on reads), never a gap.
+            before: list[tuple[Any, ...]] = [("ZADD", self._keys.created, "NX", created, member)]
+            if expires is not None:
+                before.append(("ZADD", self._keys.expiry, expires, member))
+            before += [("SADD", key, member) for key in index]
+            self._pipeline(before)
+            reply = self._run(
+                "save",
+                keys,
+                [
+                    "create" if create else "save",
+                    inc,
+                    expected,
+                    created,
+                    "" if expires is None else expires,
+                    metadata,
+                    "" if expires is None else expires // 1000,
+                    "" if self._grace_ms is None else self._grace_ms,
+                    *index,
+                ],
+            )
+            if reply[0] == b"ok":
+                if expires is None:
+                    self._client.zrem(self._keys.expiry, member)
+                self._remember(session.id, inc)
+                return
+            # This incarnation never became live, or is dead now: its entries are stale.
+            self._drop_index(member, index)
+            if reply[0] == b"exists":
+                raise SessionAlreadyExists(session.id)
+        raise StoreError(f"session {session.id!r} kept changing while it was being saved; retry")
+
+    def _index_keys(self, session: Session) -> list[str]:
+        keys = []
+        for name, value in session.metadata.items():
+            if self._indexed is not None and name not in self._indexed:
+                continue
+            if isinstance(value, (str, int)):  # bool is an int
+                key = self._keys.metadata(name, value)
+                if key is not None:
+                    keys.append(key)
+        return keys
+
+    def _drop_index(self, member: bytes, index: Iterable[str | bytes]) -> None:
+        self._pipeline(
+            [
+                ("ZREM", self._keys.created, member),
+                ("ZREM", self._keys.expiry, member),
+                *(("SREM", key, member) for key in index),
+            ]
+        )
+
+    @_guarded
+    def find_session(self, session_id: str) -> Session | None:
+        inc, *fields = self._client.hmget(self._keys.session(session_id)[0], "inc", "c", "x", "md")
+        return None if inc is None else self._session(session_id, fields)
+
+    def _session(self, session_id: str, fields: Sequence[bytes | None]) -> Session:
+        created, expires, metadata = fields
+        if created is None or expires is None or metadata is None:
+            raise CorruptData(f"the record of session {session_id!r} is incomplete")
+        md = load_json(metadata, f"the metadata of session {session_id!r}")
+        if not isinstance(md, dict):
+            raise CorruptData(f"the metadata of session {session_id!r} is not a JSON object")
+        return Session(
+            id=session_id,
+            created_at=from_micros(int(created)),
+            expires_at=from_micros(int(expires)) if expires else None,
+            metadata=md,
+        )
+
+    def _sessions(self, members: Sequence[bytes]) -> list[Session]:
+        """The live sessions the index members name, in their order (stale members dropped)."""
+        pairs = [p for p in (_split_member(m) for m in members) if p is not None]
+        replies = self._pipeline(
+            [("HMGET", self._keys.session(sid)[0], "inc", "c", "x", "md") for sid, _ in pairs]
+        )
+        out, seen = [], set()
+        for (sid, inc), (live, *fields) in zip(pairs, replies, strict=True):
+            if live is not None and live.decode() == inc and sid not in seen:
+                seen.add(sid)
+                out.append(self._session(sid, fields))
+        return out
+
+    @_guarded
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        if limit is not None and limit <= 0:
+            return []
+        page = 200 if limit is None else max(2 * limit, 20)
+        out: list[Session] = []
+        seen: set[str] = set()
+        start = 0
+        while True:
+            members = self._client.zrevrange(self._keys.created, start, start + page - 1)
+            for session in self._sessions(members):
+                if session.id not in seen:
+                    seen.add(session.id)
+                    out.append(session)
+                    if limit is not None and len(out) == limit:
+                        return out
+            if len(members) < page:
+                return out
+            start += page
+
+    @_guarded
+    def delete_session(self, session_id: str) -> bool:
+        return bool(self._delete(session_id, "", "")[0] == b"deleted")
+
+    def _delete(self, session_id: str, cutoff: int | str, inc: str) -> Any:
+        reply = self._run("delete", self._keys.session(session_id), [cutoff, inc])
+        if reply[0] == b"deleted":
+            self._forget(session_id)
+            member = _member(session_id, reply[1].decode())
+            self._drop_index(member, reply[4])
+            self._release(
+                (self._keys.event(i.decode("utf-8")), member) for i in [*reply[2], *reply[3]]
+            )
+        return reply
+
+    @_guarded
+    def delete_expired(self, before: datetime) -> int:
+        cutoff = to_micros(before)
+        deleted = 0
+        done: set[bytes] = set()
+        while True:
+            members = self._client.zrangebyscore(self._keys.expiry, "-inf", cutoff, 0, 200)
+            if not members or all(m in done for m in members):
+                return deleted
+            for member in members:
+                done.add(member)
+                pair = _split_member(member)
+                if pair is None:
+                    self._client.zrem(self._keys.expiry, member)
+                    continue
+                reply = self._delete(pair[0], cutoff, pair[1])
+                if reply[0] == b"deleted":
+                    deleted += 1
+                elif reply[0] == b"kept" and reply[1]:  # extended meanwhile: fix the index
+                    self._client.zadd(self._keys.expiry, {member: int(reply[1])})
+                elif reply[0] == b"kept":
+                    self._client.zrem(self._keys.expiry, member)
+                else:  # gone, or another incarnation: a stale entry
+                    self._drop_index(member, ())
+
+    @_guarded
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """Indexed keys are read from their index set; others by a scan of all sessions."""
+        if not isinstance(name, str):
+            raise InvalidInput("a metadata key is a string")
+        if not isinstance(value, (str, int)):
+            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+        key = None
+        if self._indexed is None or name in self._indexed:
+            key = self._keys.metadata(name, value)
+        if key is None:
+            members = self._client.zrange(self._keys.created, 0, -1)
+        else:
+            members = sorted(self._client.smembers(key))
+        found = [
+            s
+            for s in self._sessions(members)
+            if name in s.metadata and _same(s.metadata[name], value)
+        ]
+        return sorted(found, key=lambda s: (s.created_at, s.id))
+
+    # -- events -----------------------------------------------------------------------------
+
+    @_guarded
+    def append_events(
+        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+    ) -> int:
+        batch = check_batch(session_id, events, expected_version)
+        return self._append(session_id, batch, expected_version)[0]
+
+    @_guarded
+    def append_event(self, event: SessionEvent) -> SessionEvent:
+        check_batch(event.session_id, [event], 0)
+        version, appended, now = self._append(event.session_id, [event], -1)
+        if appended:
+            return replace(event, seq=version, timestamp=event.timestamp or now)
+        found = self._event_by_id(event.session_id, event.id)  # it was stored before
+        if found is None:  # pragma: no cover - ids are never removed from a live session
+            raise StoreError(f"event {event.id!r} vanished while it was being appended")
+        return found
+
+    def _append(
+        self, session_id: str, batch: list[SessionEvent], expected: int
+    ) -> tuple[int, int, datetime]:
+        """Append under the version check (`expected` -1: at the end).
+
+        Returns the new version, how many events were appended, and the time stamped on them.
+        """
+        now = self._clock()
+        args, required, invalid = self._batch_args(session_id, batch, to_micros(now))
+        keys = self._keys.session(session_id)[:4]
+        fixed = [len(batch), -1 if invalid else len(required)]
+        for _ in range(_ATTEMPTS):
+            if not self._cluster:
+                keys_all = keys + [self._keys.event(e.id) for e in batch]
+                reply = self._run(
+                    "append", keys_all, [expected, "", session_id, "1", *fixed, *args, *required]
+                )
+                if reply[0] == b"foreign":
+                    self._claim_back(reply[1], reply[2], session_id)
+                    continue
+            else:
+                inc = self._incarnation(session_id)
+                owner = _member(session_id, inc)
+                fresh = self._reserve(session_id, batch, owner)
+                reply = self._run(
+                    "append", keys, [expected, inc, session_id, "0", *fixed, *args, *required]
+                )
+                if reply[0] in (b"changed", b"nosession"):
+                    self._forget(session_id)  # a dead incarnation: its claims can go
+                    self._release((self._keys.event(i), owner) for i in fresh)
+                    if reply[0] == b"changed":
+                        continue
+            tag = reply[0]
+            if tag == b"ok":
+                return int(reply[1]), int(reply[2]), now
+            if tag == b"nosession":
+                raise SessionNotFound(session_id)
+            if tag == b"conflict":
+                raise VersionConflict(session_id, expected, int(reply[1]))
+            if tag == b"unknown":
+                raise InvalidInput(
+                    "a compaction event names events that are not message events of this "
+                    f"session: {reply[1].decode('utf-8', 'replace')}"
+                )
+            if tag == b"invalid" and invalid is not None:
+                raise invalid
+            raise StoreError(f"unexpected reply from the append script: {reply[0]!r}")
+        raise StoreError(f"session {session_id!r} kept changing during an append; retry")
+
+    def _batch_args(
+        self, session_id: str, batch: list[SessionEvent], now: int
+    ) -> tuple[list[Any], list[str], InvalidInput | None]:
+        invalid: InvalidInput | None = None
+        required: dict[str, None] = {}
+        if any(e.type == EventType.COMPACTION for e in batch):
+            try:
+                check_boundaries(batch, set)  # the format; the script checks the names
+            except InvalidInput as exc:
+                invalid = exc
+        args: list[Any] = []
+        for at, e in enumerate(batch):
+            kind = "M" if e.message is not None else "E"
+            named: tuple[str, ...] = ()
+            if e.type == EventType.COMPACTION:
+                kind = "C"
+                if invalid is None:
+                    named = CompactionBoundary.from_event(e).view_event_ids
+                    nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
+                    required.update((i, None) for i in named if i not in nearby)
+            stamp = now if e.timestamp is None else to_micros(e.timestamp)
+            head = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
+            args += [e.id, kind, head + b"\n" + encode_body(e), len(named), *named]
+        return args, list(required), invalid
+
+    # -- event-id claims on a cluster ---------------------------------------------------------
+
+    def _incarnation(self, session_id: str) -> str:
+        with self._incs_lock:
+            inc = self._incs.get(session_id)
+        if inc is None:
+            raw = self._client.hget(self._keys.session(session_id)[0], "inc")
+            if raw is None:
+                raise SessionNotFound(session_id)
+            inc = raw.decode()
+            self._remember(session_id, inc)
+        return inc
+
+    def _remember(self, session_id: str, inc: str) -> None:
+        with self._incs_lock:
+            if len(self._incs) >= 10_000:
+                self._incs.clear()
+            self._incs[session_id] = inc
+
+    def _forget(self, session_id: str) -> None:
+        with self._incs_lock:
+            self._incs.pop(session_id, None)
+
+    def _reserve(self, session_id: str, batch: list[SessionEvent], owner: bytes) -> list[str]:
+        """Claim each event id for this incarnation (SET NX); returns the ids claimed now.
+
+        A claim of a live session (its incarnation still exists) is respected; a claim of a
+        dead incarnation is released and taken.
+
+        Raises:
+            InvalidInput: an id is claimed by another live session.
+        """
+        fresh: list[str] = []
+        todo = [e.id for e in batch]
+        for _ in range(_ATTEMPTS):
+            replies = self._pipeline(
+                [("SET", self._keys.event(i), owner, "NX", "GET") for i in todo], get=True
+            )
+            again = []
+            for event_id, old in zip(todo, replies, strict=True):
+                if old is None:
+                    fresh.append(event_id)
+                elif old != owner:
+                    if self._live(old):
+                        self._park(session_id, batch, fresh)
+                        raise InvalidInput(
+                            f"event id {event_id!r} belongs to another session; ids are unique "
+                            "across sessions"
+                        )
+                    self._release([(self._keys.event(event_id), old)])
+                    again.append(event_id)
+            if not again:
+                return fresh
+            todo = again
+        raise StoreError("event ids kept changing hands while they were being claimed; retry")
+
+    def _park(self, session_id: str, batch: list[SessionEvent], fresh: list[str]) -> None:
+        """Record this attempt's claims in the session (so deleting it frees them)."""
+        if fresh:
+            inc = self._incarnation(session_id)
+            self._run(
+                "append",
+                self._keys.session(session_id)[:4],
+                [
+                    -1,
+                    inc,
+                    session_id,
+                    "0",
+                    len(fresh),
+                    -1,
+                    *(x for i in fresh for x in (i, "E", b"", 0)),
+                ],
+            )
+
+    def _live(self, owner: bytes) -> bool:
+        pair = _split_member(owner)
+        if pair is None:
+            return False
+        inc = self._client.hget(self._keys.session(pair[0])[0], "inc")
+        return inc is not None and inc.decode() == pair[1]
+
+    def _claim_back(self, event_id: bytes, owner: bytes, session_id: str) -> None:
+        """Standalone: the append met a claim of another session. Dead: release it; else refuse."""
+        if self._live(owner):
+            raise InvalidInput(
+                f"event id {event_id.decode('utf-8', 'replace')!r} belongs to another session; "
+                "ids are unique across sessions"
+            )
+        self._release([(self._keys.event(event_id.decode("utf-8")), owner)])
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _split(
+        self, session_id: str, seq: int, record: bytes | None
+    ) -> tuple[tuple[str, str, int, int], bytes]:
+        if record is None:
+            raise CorruptData(
+                f"event seq {seq} of session {session_id!r} is missing: the data is damaged; "
+                "other sessions are unaffected"
+            )
+        head, _, body = record.partition(b"\n")
+        try:
+            return _header_decoder.decode(head), body
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptData(
+                f"event seq {seq} of session {session_id!r} cannot be read: {exc}. The record "
+                "is damaged; other sessions are unaffected. Restore it from a backup."
+            ) from exc
+
+    def _event(
+        self, session_id: str, seq: int, head: tuple[str, str, int, int], body: bytes
+    ) -> SessionEvent:
+        return decode_event(
+            event_id=head[0],
+            session_id=session_id,
+            seq=seq,
+            type_name=head[1],
+            timestamp_micros=head[2],
+            synthetic=bool(head[3]),
+            body=body,
+        )
+
+    def _decode(self, session_id: str, seq: int, record: bytes | None) -> SessionEvent:
+        return self._event(session_id, seq, *self._split(session_id, seq, record))
+
+    def _messages(
+        self, session_id: str, first: int, records: Sequence[bytes | None]
+    ) -> list[SessionEvent]:
+        out = []
+        for seq, record in enumerate(records, start=first):
+            head, body = self._split(session_id, seq, record)
+            if head[1] == "MESSAGE":
+                out.append(self._event(session_id, seq, head, body))
+        return out
+
+    @_guarded
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        flt = EventFilter.all() if flt is None else flt
+        if flt.active_view:
+            return apply_filter(self.view(session_id), flt)
+        names = None if flt.event_types is None else {t.name for t in flt.event_types}
+        out = []
+        for seq, record in enumerate(self._log(session_id, 1), start=1):
+            head, body = self._split(session_id, seq, record)
+            if names is None or head[1] in names:
+                out.append(self._event(session_id, seq, head, body))
+        return apply_filter(out, flt)
+
+    def _log(self, session_id: str, first: int, last: int | None = None) -> list[bytes | None]:
+        """Records `first`..`last` (the end of the log by default), read in chunks of one
+        incarnation: records never change, so the chunks make one consistent snapshot."""
+        keys = self._keys.session(session_id)[:2]
+        for _ in range(_ATTEMPTS):
+            hi = first + _CHUNK - 1 if last is None else min(last, first + _CHUNK - 1)
+            reply = self._run("range", keys, [first, hi])
+            if not reply:
+                raise SessionNotFound(session_id)
+            inc, end = reply[0], int(reply[1]) if last is None else min(int(reply[1]), last)
+            records: list[bytes | None] = list(reply[2:])
+            while first + len(records) <= end:
+                lo = first + len(records)
+                more = self._run("range", keys, [lo, min(end, lo + _CHUNK - 1)])
+                if not more or more[0] != inc:
+                    break  # deleted or re-created meanwhile: read again
+                records += more[2:]
+            else:
+                return records
+        raise StoreError(f"session {session_id!r} kept changing while it was being read; retry")
+
+    def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
+        ref = self._client.hget(self._keys.session(session_id)[2], event_id)
+        if ref is None:
+            return None
+        seq = int(ref[1:])
+        return self._decode(session_id, seq, self._log(session_id, seq, seq)[0])
+
+    @_guarded
+    def version(self, session_id: str) -> int:
+        inc, version = self._client.hmget(self._keys.session(session_id)[0], "inc", "v")
+        if inc is None:
+            raise SessionNotFound(session_id)
+        return int(version)
+
+    @_guarded
+    def view(self, session_id: str) -> list[SessionEvent]:
+        reply = self._run("view", self._keys.session(session_id)[:2], [])
+        if not reply:
+            raise SessionNotFound(session_id)
+        version, boundary_seq, records = int(reply[0]), int(reply[1]), reply[3:]
+        if boundary_seq == 0:
+            return self._messages(session_id, 1, records)
+        named = [int(s) for s in reply[2].split(b",") if s]
+        before = {
+            seq: self._decode(session_id, seq, record)
+            for seq, record in zip(named, records, strict=False)
+        }
+        rest = records[len(named) :]
+        boundary = self._decode(session_id, boundary_seq, rest[0] if rest else None)
+        after = self._messages(session_id, boundary_seq + 1, rest[1:])
+        if len(rest) != version - boundary_seq + 1:
+            raise CorruptData(f"the view records of session {session_id!r} are incomplete")
+        return CompactionBoundary.project([*(before[s] for s in sorted(before)), boundary, *after])
+
+
+class RedisClusterStore(RedisStore):
+    """Sessions in a Redis Cluster (7 or newer). Thread-safe.
+
+    A session's keys share one hash tag, so each session lives in one slot and its writes stay
+    atomic Lua scripts. Event ids live in other slots: they are claimed (SET NX) just before
+    the append and fenced by the session's incarnation, see docs/redis.md.
+
+    Args:
+        url_or_client: `redis+cluster://[user:password@]host:port,host:port,...` (any nodes of
+            the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster` client.
+        **kwargs: as for `RedisStore`.
+    """
+
+    _cluster = True
+
+    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+        if isinstance(target, _RedisCluster):
+            if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+                raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
+            return target, False, "Redis Cluster"
+        if not isinstance(target, str):
+            raise InvalidInput(
+                "RedisClusterStore takes a redis+cluster:// URL or a RedisCluster client, not "
+                f"{type(target).__name__}"
+            )
+        parts = urlsplit(target)
+        if parts.scheme not in ("redis+cluster", "rediss+cluster"):
+            raise InvalidInput(
+                f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
+            )
+        nodes = []
+        for seed in parts.netloc.rpartition("@")[2].split(","):
+            host, _, port = seed.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidInput(f"a cluster seed reads host:port, not {seed!r}")
+            nodes.append(ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        where = "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
+        try:
+            client = _RedisCluster(
+                startup_nodes=nodes,
+                username=unquote(user) or None,
+                password=unquote(password) or None,
+                ssl=parts.scheme == "rediss+cluster",
+                retry=Retry(NoBackoff(), retries),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+            )
+        except (RedisError, RedisClusterException) as exc:
+            raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc
+        return client, True, where
