@@ -1,37 +1,464 @@
-"""RedisStore on the real server: the contract, and what only Redis has (keys, scripts, TTL)."""
+"""RedisStore on the real server: the contract, and what only Redis has (keys and slots, scripts,
+event-id claims, key expiry, damaged records, lost connections).
+
+`RedisChecks` holds the Redis behaviours both stores share; test_redis_cluster.py runs it on a
+cluster. Every test uses a random key prefix and deletes its keys afterwards.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 import uuid
+from datetime import UTC, datetime, timedelta
+from urllib.parse import unquote
 
 import pytest
+import redis
+from redis.crc import key_slot
 
+from redis_cluster import RedisServer, ServerUnavailable, binaries, free_ports, skip_or_fail
+from turnlog import (
+    CompactionBoundary,
+    CorruptData,
+    InvalidInput,
+    Message,
+    Session,
+    SessionEvent,
+    SessionNotFound,
+    StoreError,
+)
 from turnlog.stores.redis import RedisStore
 from turnlog.testing import StoreContract
 
+HOSTILE = [
+    "a",
+    "{a}",
+    "a}",
+    "{",
+    "}",
+    "%7Ba%7D",
+    "a:b",
+    "a*",
+    "a?[x]",
+    "a\\b",
+    "'\"%",
+    "ünï €",
+    "🦜{x}y",
+]
+
 
 def purge(client, prefix: str) -> None:
-    """Delete every key under `prefix` (SCAN MATCH; on a cluster, every master)."""
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    for key in keys:
+    """Delete every key under `prefix` (SCAN MATCH; on a cluster, on every master)."""
+    for key in list(client.scan_iter(match=f"{prefix}:*", count=1000)):
         client.delete(key)
 
 
-@pytest.fixture
-def prefix(redis_url):
-    return f"tltest-{uuid.uuid4().hex[:12]}"
+def keys_of(client, prefix: str) -> list[str]:
+    return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def turn(sid: str, n: int, tag: str = "") -> list[SessionEvent]:
+    return [
+        SessionEvent.for_message(sid, Message.user(f"q{n}"), event_id=f"{tag}{sid}-u{n}"),
+        SessionEvent.for_message(sid, Message.assistant(f"a{n}"), event_id=f"{tag}{sid}-a{n}"),
+    ]
+
+
+class RedisChecks:
+    """Redis behaviours of both stores. Subclasses provide `new_store(**kw)` and `prefix`."""
+
+    prefix: str
+
+    def new_store(self, **kw) -> RedisStore:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self):
+        with self.new_store() as store:
+            yield store
+
+    # -- keys and slots -------------------------------------------------------------------------
+
+    def test_a_session_lives_in_one_slot_and_hostile_ids_stay_apart(self, store):
+        for i, sid in enumerate(HOSTILE):
+            store.create_session(Session(sid, now(), metadata={"owner": sid, "k{*}": f"v{i}"}))
+            store.append_events(sid, turn(sid, i), 0)
+        for i, sid in enumerate(HOSTILE):
+            assert [e.message.text for e in store.events(sid)] == [f"q{i}", f"a{i}"]
+            assert [s.id for s in store.find_by_metadata("owner", sid)] == [sid]
+            assert [s.id for s in store.find_by_metadata("k{*}", f"v{i}")] == [sid]
+        by_session: dict[str, set[int]] = {}
+        for key in keys_of(store.client, self.prefix):
+            rest = key[len(self.prefix) + 1 :]
+            if rest.startswith(("id:", "m:")):
+                assert "{" not in rest and "}" not in rest, key
+                continue
+            if rest.startswith("{:idx}:"):
+                assert rest in ("{:idx}:c", "{:idx}:x"), key
+                continue
+            assert rest.count("{") == 1 and rest.count("}") == 1, key
+            tag = rest[1 : rest.index("}")]
+            by_session.setdefault(unquote(tag), set()).add(key_slot(key.encode()))
+        assert set(by_session) == set(HOSTILE)
+        assert all(len(slots) == 1 for slots in by_session.values())
+
+    def test_an_escaped_looking_id_is_not_its_escape(self, store):
+        for sid in ("{a}", "%7Ba%7D"):
+            store.create_session(Session(sid, now()))
+        store.append_events("{a}", turn("{a}", 1), 0)
+        assert store.version("%7Ba%7D") == 0
+
+    # -- damaged data -----------------------------------------------------------------------------
+
+    def _record_key(self, store, sid: str) -> str:
+        return store._keys.session(sid)[1]
+
+    def test_a_damaged_record_names_session_and_seq(self, store):
+        for sid in ("bad", "good"):
+            store.create_session(Session(sid, now()))
+            store.append_events(sid, [*turn(sid, 1), *turn(sid, 2)], 0)
+        store.client.hset(self._record_key(store, "bad"), "3", b"\x00garbage")
+        for read in (store.events, store.view):
+            with pytest.raises(CorruptData, match=r"seq 3 .*'bad'"):
+                read("bad")
+        store.client.hset(self._record_key(store, "bad"), "3", b'["bad-u2","MESSAGE",1,0]\n{"v":')
+        with pytest.raises(CorruptData, match=r"seq 3 .*'bad'"):
+            store.events("bad")
+        assert len(store.events("good")) == 4 and len(store.view("good")) == 4
+
+    def test_the_view_never_reads_covered_history(self, store):
+        store.create_session(Session("s", now()))
+        system = SessionEvent.for_message("s", Message.system("sys"), event_id="sys")
+        old = [e for n in range(50) for e in turn("s", n)]
+        store.append_events("s", [system, *old], 0)
+        keep = turn("s", 99)
+        store.append_events("s", keep, 101)
+        boundary = CompactionBoundary("b", ("sys",), (), tuple(e.id for e in keep), 100, 1, "t")
+        store.append_events("s", [boundary.to_event("s"), *turn("s", 100)], 103)
+        for seq in range(2, 102):  # damage every covered record
+            store.client.hset(self._record_key(store, "s"), str(seq), b"garbage")
+        view = store.view("s")
+        assert [e.id for e in view] == ["sys", *(e.id for e in keep), "s-u100", "s-a100"]
+        with pytest.raises(CorruptData):
+            store.events("s")
+
+    # -- scripts ----------------------------------------------------------------------------------
+
+    def test_scripts_are_reloaded_after_a_script_flush(self, store):
+        store.create_session(Session("s", now()))
+        store.append_events("s", turn("s", 1), 0)
+        store.client.script_flush()
+        assert store.append_events("s", turn("s", 2), 2) == 4
+        assert len(store.view("s")) == 4
+        store.client.script_flush()
+        assert store.delete_session("s") is True  # pipelined EVALSHA of the release script
+        assert keys_of(store.client, self.prefix) == []
+
+    # -- event ids across sessions ----------------------------------------------------------------
+
+    def test_ids_of_a_deleted_session_are_free_again(self, store):
+        for sid in ("a", "b"):
+            store.create_session(Session(sid, now()))
+        events = turn("a", 1)
+        store.append_events("a", events, 0)
+        moved = [SessionEvent.for_message("b", e.message, event_id=e.id) for e in events]
+        with pytest.raises(InvalidInput):
+            store.append_events("b", moved, 0)
+        store.delete_session("a")
+        assert store.append_events("b", moved, 0) == 2
+
+    def test_a_claim_of_a_dead_incarnation_is_taken_over(self, store):
+        store.create_session(Session("b", now()))
+        store.client.set(store._keys.event("x1"), b"ghost\x00deadbeefdeadbeef")
+        store.create_session(Session("ghost", now()))  # alive, but another incarnation
+        store.client.set(store._keys.event("x2"), b"ghost\x00deadbeefdeadbeef")
+        events = [
+            SessionEvent.for_message("b", Message.user("hi"), event_id="x1"),
+            SessionEvent.for_message("b", Message.user("yo"), event_id="x2"),
+        ]
+        assert store.append_events("b", events, 0) == 2
+        owner = store.client.get(store._keys.event("x1"))
+        assert owner.startswith(b"b\x00")
+
+    def test_a_claim_of_a_live_session_is_respected(self, store):
+        store.create_session(Session("a", now()))
+        store.create_session(Session("b", now()))
+        inc = store.client.hget(store._keys.session("a")[0], "inc")
+        store.client.set(store._keys.event("x"), b"a\x00" + inc)  # claimed, not yet appended
+        with pytest.raises(InvalidInput, match="another session"):
+            store.append_events(
+                "b", [SessionEvent.for_message("b", Message.user("hi"), event_id="x")], 0
+            )
+        assert store.version("b") == 0
+        event = SessionEvent.for_message("a", Message.user("hi"), event_id="x")
+        assert store.append_events("a", [event], 0) == 1
+
+    # -- key expiry -------------------------------------------------------------------------------
+
+    def test_ttl_maps_onto_key_expiry_and_save_session_refreshes_it(self, store):
+        expires = now() + timedelta(hours=1)
+        store.create_session(Session("s", now(), expires_at=expires, metadata={"owner": "o"}))
+        store.append_events("s", turn("s", 1), 0)
+        keys = store._keys.session("s")
+
+        def expiry_ms() -> set[int]:
+            return {store.client.pexpiretime(k) for k in keys if store.client.exists(k)}
+
+        grace = int(timedelta(days=1).total_seconds() * 1000)
+        want = int(expires.timestamp() * 1000) + grace
+        assert {abs(t - want) < 5 for t in expiry_ms()} == {True}
+        assert len(expiry_ms()) == 1 and store.client.exists(*keys) == 4  # no reserved ids
+        later = expires + timedelta(hours=5)
+        store.save_session(Session("s", now(), expires_at=later))
+        assert expiry_ms() == {int(later.timestamp() * 1000) + grace}
+        store.save_session(Session("s", now()))
+        assert expiry_ms() == {-1}
+
+    def test_keys_expire_by_themselves_and_the_sweep_cleans_up(self):
+        with self.new_store(expiry_grace=timedelta(milliseconds=300)) as store:
+            store.create_session(Session("s", now(), expires_at=now(), metadata={"owner": "o"}))
+            store.append_events("s", turn("s", 1), 0)
+            store.create_session(Session("keep", now()))
+            deadline = time.monotonic() + 5
+            while store.find_session("s") is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert store.find_session("s") is None
+            assert [s.id for s in store.list_sessions()] == ["keep"]
+            assert store.find_by_metadata("owner", "o") == []
+            assert store.delete_expired(now()) == 0  # Redis deleted it already
+            assert store.client.zcard(store._keys.expiry) == 0
+
+    def test_delete_expired_removes_every_key_of_the_session(self, store):
+        store.create_session(Session("old", now(), expires_at=now(), metadata={"owner": "o"}))
+        store.append_events("old", turn("old", 1), 0)
+        store.create_session(Session("new", now(), metadata={"owner": "p"}))
+        before = keys_of(store.client, self.prefix)
+        assert store.delete_expired(now()) == 1
+        left = keys_of(store.client, self.prefix)
+        assert not [k for k in left if "old" in unquote(k)]
+        assert len(left) < len(before)
+        with pytest.raises(SessionNotFound):
+            store.events("old")
+        store.append_events(
+            "new", [SessionEvent.for_message("new", Message.user("q"), event_id="old-u1")], 0
+        )
+
+    def test_a_ttl_extended_during_the_sweep_is_kept(self):
+        """The sweep picked the session from the expiry index; the extension lands before the
+        sweep's delete script runs: the script sees the new expiry and keeps the session."""
+        extender = self.new_store()
+        t0 = now()
+
+        class Racing(type(extender)):
+            def _delete(self, session_id, cutoff, inc):
+                if cutoff != "":
+                    extender.save_session(
+                        Session(session_id, t0, expires_at=t0 + timedelta(hours=2))
+                    )
+                return super()._delete(session_id, cutoff, inc)
+
+        with self.new_store() as plain:
+            plain.create_session(Session("a", t0, expires_at=t0 + timedelta(minutes=1)))
+            plain.append_events("a", turn("a", 1), 0)
+        racing = Racing(self.url, prefix=self.prefix)
+        try:
+            assert racing.delete_expired(t0 + timedelta(hours=1)) == 0
+            found = racing.find_session("a")
+            assert found is not None and found.expires_at == t0 + timedelta(hours=2)
+            assert racing.version("a") == 2
+            assert racing.delete_expired(t0 + timedelta(hours=3)) == 1
+        finally:
+            racing.close()
+            extender.close()
+
+    # -- metadata ---------------------------------------------------------------------------------
+
+    def test_unindexed_metadata_keys_are_found_by_a_scan(self):
+        with self.new_store(indexed_metadata=("owner",)) as store:
+            store.create_session(Session("a", now(), metadata={"owner": "x", "tier": 1}))
+            store.create_session(Session("b", now(), metadata={"owner": "y", "tier": 2}))
+            assert [s.id for s in store.find_by_metadata("tier", 2)] == ["b"]
+            assert [s.id for s in store.find_by_metadata("owner", "x")] == ["a"]
+            assert not [k for k in keys_of(store.client, self.prefix) if ":m:tier:" in k]
+            long_value = "v" * 1000  # too long for an index: found by a scan
+            store.save_session(Session("b", now(), metadata={"owner": long_value}))
+            assert [s.id for s in store.find_by_metadata("owner", long_value)] == ["b"]
+            assert store.find_by_metadata("owner", "y") == []  # the stale entry is filtered
+
+    # -- connections ------------------------------------------------------------------------------
+
+    def test_a_closed_store_refuses_work(self):
+        store = self.new_store()
+        store.close()
+        store.close()
+        with pytest.raises(StoreError, match="closed"):
+            store.find_session("a")
 
 
 class TestRedisStore(StoreContract):
     @pytest.fixture(autouse=True)
-    def _redis(self, redis_url, prefix):
-        self.url, self.prefix = redis_url, prefix
+    def _redis(self, redis_url):
+        self.url, self.prefix = redis_url, f"tltest-{uuid.uuid4().hex[:12]}"
         yield
-        with RedisStore(redis_url, prefix=prefix) as store:
-            purge(store.client, prefix)
+        with RedisStore(redis_url, prefix=self.prefix) as store:
+            purge(store.client, self.prefix)
 
     def make_store(self, tmp_path):
         return RedisStore(self.url, prefix=self.prefix)
 
     def open_again(self, store, tmp_path):
         return RedisStore(self.url, prefix=self.prefix)
+
+
+class TestRedisChecks(RedisChecks):
+    @pytest.fixture(autouse=True)
+    def _redis(self, redis_url):
+        self.url, self.prefix = redis_url, f"tltest-{uuid.uuid4().hex[:12]}"
+        yield
+        with RedisStore(redis_url, prefix=self.prefix) as store:
+            purge(store.client, self.prefix)
+
+    def new_store(self, **kw):
+        return RedisStore(self.url, prefix=self.prefix, **kw)
+
+
+class TestRedisClients:
+    """Owning and borrowing clients, bad URLs and clients, servers that are gone."""
+
+    def test_a_borrowed_client_stays_open(self, redis_url):
+        client = redis.Redis.from_url(redis_url)
+        try:
+            prefix = f"tltest-{uuid.uuid4().hex[:12]}"
+            with RedisStore(client, prefix=prefix) as store:
+                store.create_session(Session("a", now()))
+            assert client.ping()
+            purge(client, prefix)
+        finally:
+            client.close()
+
+    def test_bad_arguments_are_refused(self, redis_url):
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            with pytest.raises(InvalidInput, match="decode_responses"):
+                RedisStore(client)
+        finally:
+            client.close()
+        for prefix in ("", "a{b}", "a b"):
+            with pytest.raises(InvalidInput):
+                RedisStore(redis_url, prefix=prefix)
+        with pytest.raises(InvalidInput, match="RedisClusterStore"):
+            RedisStore("redis+cluster://127.0.0.1:7000")
+        with pytest.raises(InvalidInput):
+            RedisStore("http://127.0.0.1:6379")
+        with pytest.raises(InvalidInput):
+            RedisStore(42)
+
+    def test_no_server_raises_store_error(self):
+        port = free_ports(1, bus=False)[0]
+        with RedisStore(f"redis://127.0.0.1:{port}/0", timeout=1) as store:
+            with pytest.raises(StoreError, match="lost the connection"):
+                store.create_session(Session("a", now()))
+            with pytest.raises(StoreError):
+                store.view("a")
+
+
+@pytest.fixture(scope="module")
+def private_redis():
+    """A standalone server of our own: these tests pause and kill clients."""
+    try:
+        binaries()
+    except ServerUnavailable as exc:
+        skip_or_fail(str(exc))
+    with RedisServer.start() as server:
+        yield server
+
+
+class TestLostConnections:
+    def _batch(self, sid: str, n: int, tag: str) -> list[SessionEvent]:
+        return [
+            SessionEvent.for_message(
+                sid, Message.user(f"{tag} {i} " + "x" * 200), event_id=f"{tag}-{i}"
+            )
+            for i in range(n)
+        ]
+
+    def test_a_connection_killed_mid_write_raises_and_a_retry_appends_once(self, private_redis):
+        admin = redis.Redis.from_url(private_redis.url)
+        store = RedisStore(private_redis.url, prefix="kill")
+        try:
+            store.create_session(Session("s", now()))
+            batch = self._batch("s", 500, "k")
+            errors: list[BaseException] = []
+
+            def write() -> None:
+                try:
+                    store.append_events("s", batch, 0)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            admin.client_pause(5000, all=False)  # writes wait: the append is in flight
+            try:
+                writer = threading.Thread(target=write)
+                writer.start()
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    blocked = [c for c in admin.client_list() if c["cmd"] == "evalsha"]
+                    if blocked:
+                        break
+                    time.sleep(0.01)
+                assert blocked, "the append never reached the server"
+                admin.client_kill_filter(_id=blocked[0]["id"])
+                writer.join(5)
+            finally:
+                admin.client_unpause()
+            assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+            assert "lost the connection" in str(errors[0])
+            assert store.version("s") == 0  # the killed command never ran
+            assert store.append_events("s", batch, 0) == 500
+            assert store.append_events("s", batch, 0) == 500  # a second retry: no-op
+            assert [e.id for e in store.events("s")] == [e.id for e in batch]
+        finally:
+            store.close()
+            admin.close()
+
+    def test_writes_cut_at_random_points_are_whole_or_absent(self, private_redis):
+        """A client whose socket times out at once: the append may land or not; a retry of
+        the same ids completes it exactly once."""
+        with RedisStore(private_redis.url, prefix="cut") as store:
+            store.create_session(Session("s", now()))
+        landed = 0
+        for round_ in range(10):
+            batch = self._batch("s", 1000, f"r{round_}")
+            with RedisStore(private_redis.url, prefix="cut") as store:
+                version = store.version("s")
+            hasty = RedisStore(private_redis.url, prefix="cut", timeout=0.002)
+            with hasty, contextlib.suppress(StoreError):
+                hasty.append_events("s", batch, version)
+            time.sleep(0.05)
+            with RedisStore(private_redis.url, prefix="cut") as store:
+                after = store.version("s")
+                assert after in (version, version + 1000)
+                landed += after != version
+                assert store.append_events("s", batch, version) == version + 1000
+        with RedisStore(private_redis.url, prefix="cut") as store:
+            log = store.events("s")
+        print(f"{landed} of 10 cut appends had landed")
+        assert len(log) == 10_000 and len({e.id for e in log}) == 10_000
+        assert [e.seq for e in log] == list(range(1, 10_001))
+
+    def test_a_stopped_server_raises_store_error(self):
+        try:
+            binaries()
+        except ServerUnavailable as exc:
+            skip_or_fail(str(exc))
+        with RedisServer.start() as server, RedisStore(server.url, prefix="gone") as store:
+            store.create_session(Session("s", now()))
+            server._servers.stop()
+            with pytest.raises(StoreError, match="lost the connection"):
+                store.append_events("s", turn("s", 1), 0)
