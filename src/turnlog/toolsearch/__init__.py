@@ -1,0 +1,65 @@
+"""Tool search: the model searches the tools it needs instead of being sent all of them.
+
+See docs/toolsearch.md. `EmbeddingToolIndex` and `HybridToolIndex` need the `embeddings` extra
+(`pip install 'turnlog[embeddings]'`) and are imported only when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolIndexEvictionStrategy, ToolReference
+from turnlog.toolsearch.bm25 import Bm25ToolIndex
+from turnlog.toolsearch.eviction import (
+    AlwaysEvict,
+    CompositeEvictionStrategy,
+    LruEvictionStrategy,
+    MonotonicClock,
+    NeverEvict,
+    TtlEvictionStrategy,
+)
+from turnlog.toolsearch.regex import RegexToolIndex
+
+# -- lazy exports: the embedding indexes (turnlog.toolsearch.embedding, extra "embeddings") -----
+# Resolved by __getattr__ on first use, so importing turnlog.toolsearch never needs numpy or
+# onnxruntime. Add further names of that module here. They are left out of __all__ so that
+# `from turnlog.toolsearch import *` works without the extra.
+if TYPE_CHECKING:
+    from turnlog.toolsearch.embedding import EmbeddingToolIndex as EmbeddingToolIndex
+    from turnlog.toolsearch.embedding import HybridToolIndex as HybridToolIndex
+
+_LAZY: Final = {
+    "EmbeddingToolIndex": "turnlog.toolsearch.embedding",
+    "HybridToolIndex": "turnlog.toolsearch.embedding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise ImportError(
+            f"{name} needs the embeddings extra: pip install 'turnlog[embeddings]' ({exc})"
+        ) from exc
+
+
+# -- end of lazy exports -------------------------------------------------------------------------
+
+__all__ = [
+    "AlwaysEvict",
+    "Bm25ToolIndex",
+    "CompositeEvictionStrategy",
+    "LruEvictionStrategy",
+    "MonotonicClock",
+    "NeverEvict",
+    "RegexToolIndex",
+    "ToolHit",
+    "ToolIndex",
+    "ToolIndexEvictionStrategy",
+    "ToolReference",
+    "TtlEvictionStrategy",
+]

@@ -1,0 +1,84 @@
+"""Sessions sharing reference-counted tool sets, so identical tool sets are stored once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["SharedSets"]
+
+
+class SharedSets(Generic[T]):
+    """Each session points at one value per fingerprint; a value lives while a session uses it.
+
+    Not thread-safe: the owner holds its lock around every call.
+    """
+
+    def __init__(self) -> None:
+        self._session_key: dict[str, str] = {}
+        self._values: dict[str, tuple[T, int]] = {}
+
+    def key(self, session_id: str) -> str | None:
+        """The fingerprint the session points at, or None."""
+        return self._session_key.get(session_id)
+
+    def get(self, session_id: str) -> T | None:
+        """The session's value, or None."""
+        key = self._session_key.get(session_id)
+        return None if key is None else self._values[key][0]
+
+    def value(self, key: str) -> T | None:
+        """The value held for `key`, or None."""
+        held = self._values.get(key)
+        return None if held is None else held[0]
+
+    def releases(self, session_id: str) -> T | None:
+        """The value `detach(session_id)` would release, without detaching."""
+        key = self._session_key.get(session_id)
+        if key is None:
+            return None
+        value, refs = self._values[key]
+        return value if refs == 1 else None
+
+    def attach(self, session_id: str, key: str, make: Callable[[], T]) -> T | None:
+        """Point the session at `key`'s value, made by `make()` when no session has it yet.
+
+        Returns:
+            The session's previous value when no session uses it any more (free it), else None.
+        """
+        if self._session_key.get(session_id) == key:
+            return None
+        if key in self._values:
+            value, refs = self._values[key]
+            self._values[key] = (value, refs + 1)
+        else:
+            self._values[key] = (make(), 1)
+        released = self.detach(session_id)
+        self._session_key[session_id] = key
+        return released
+
+    def detach(self, session_id: str) -> T | None:
+        """Forget the session.
+
+        Returns:
+            Its value when no session uses it any more (free it), else None.
+        """
+        key = self._session_key.pop(session_id, None)
+        if key is None:
+            return None
+        value, refs = self._values[key]
+        if refs > 1:
+            self._values[key] = (value, refs - 1)
+            return None
+        del self._values[key]
+        return value
+
+    def sessions(self) -> int:
+        """How many sessions point at a value."""
+        return len(self._session_key)
+
+    def values(self) -> int:
+        """How many distinct values are held."""
+        return len(self._values)

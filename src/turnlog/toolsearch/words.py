@@ -1,0 +1,246 @@
+"""Words for tool search: tool names split into words, query words, and a schema's text.
+
+Pure functions shared by the indexes. Case is folded with `str.lower`, which does not depend
+on the process locale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from turnlog.errors import InvalidInput
+from turnlog.toolsearch.base import ToolReference
+
+__all__ = [
+    "STOP_WORDS",
+    "check_max_results",
+    "check_tools",
+    "name_words",
+    "query_words",
+    "schema_text",
+    "tools_fingerprint",
+]
+
+_STOP_WORDS_TEXT: Final = """
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers him his how i if in into is it its itself just me
+more most my no nor not now of off on once only or other our ours out over own same she
+should so some such than that the their theirs them then there these they this those
+through to too under until up very was we were what when where which while who whom why
+will with would you your yours please want need use using
+"""
+
+STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
+"""Words dropped from queries: common English words that say nothing about a tool."""
+
+_SEPARATORS: Final = re.compile(r"[\W_]+")
+_MAX_SCHEMA_DEPTH: Final = 32
+_MAX_SCHEMA_PARTS: Final = 2000
+_CHILD_KEYS: Final = ("items", "prefixItems", "anyOf", "oneOf", "allOf", "additionalProperties")
+
+
+_ASCII_CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def _camel_pieces(chunk: str) -> list[str]:
+    """`getHTTPResponse2` -> get, HTTP, Response, 2."""
+    if chunk.isalpha() and (chunk.islower() or chunk.isupper()):
+        return [chunk]
+    if chunk.isascii():
+        return _ASCII_CAMEL.findall(chunk)
+    pieces: list[str] = []
+    start = 0
+    for i in range(1, len(chunk)):
+        prev, cur = chunk[i - 1], chunk[i]
+        nxt = chunk[i + 1] if i + 1 < len(chunk) else ""
+        if (
+            prev.isdigit() != cur.isdigit()
+            or (prev.islower() and cur.isupper())
+            or (prev.isupper() and cur.isupper() and nxt.islower())
+        ):
+            pieces.append(chunk[start:i])
+            start = i
+    pieces.append(chunk[start:])
+    return pieces
+
+
+def name_words(name: str) -> list[str]:
+    """A tool name as lower-case words, for matching by words.
+
+    Splits snake_case, kebab-case, dotted and camelCase names and letters from digits, and
+    keeps each compound part too, so both "weather" and "getweatherforecast" find
+    `getWeatherForecast`.
+
+    Returns:
+        The words, in order, each once.
+    """
+    words: dict[str, None] = {}
+    for chunk in _SEPARATORS.split(name):
+        if not chunk:
+            continue
+        pieces = _camel_pieces(chunk)
+        for piece in pieces:
+            words[piece.lower()] = None
+        if len(pieces) > 1:
+            words[chunk.lower()] = None
+    return list(words)
+
+
+def query_words(query: str, *, keep_stop_words: bool = False) -> list[str]:
+    """The words of a search query, lower-cased, each once, in order.
+
+    Splits on everything that is not a letter or digit (and on camelCase, so a query naming a
+    tool finds it); drops 1-character words and, unless `keep_stop_words`, `STOP_WORDS`.
+    """
+    words: dict[str, None] = {}
+    for chunk in _SEPARATORS.split(query):
+        if not chunk:
+            continue
+        pieces = _camel_pieces(chunk)
+        candidates = [chunk, *pieces] if len(pieces) > 1 else pieces
+        for piece in candidates:
+            word = piece.lower()
+            if len(word) < 2 or (not keep_stop_words and word in STOP_WORDS):
+                continue
+            words[word] = None
+    return list(words)
+
+
+def schema_text(parameters: Mapping[str, Any] | None) -> str:
+    """The searchable text of a JSON schema: property names (split into words), titles,
+    descriptions and string enum values, recursively through properties, items, anyOf/oneOf/
+    allOf and definitions.
+
+    Never raises on an odd schema: what is not a mapping or a list is skipped, and the walk
+    stops at 32 levels and 2,000 parts.
+    """
+    parts: list[str] = []
+    if isinstance(parameters, Mapping):
+        _walk(parameters, 0, parts)
+    return "\n".join(parts)
+
+
+def _is_list(node: object) -> bool:
+    return isinstance(node, (list, tuple)) or (
+        isinstance(node, Sequence) and not isinstance(node, (str, bytes, bytearray))
+    )
+
+
+def _walk(node: object, depth: int, parts: list[str]) -> None:
+    if depth > _MAX_SCHEMA_DEPTH or len(parts) >= _MAX_SCHEMA_PARTS:
+        return
+    if not isinstance(node, Mapping):
+        if isinstance(node, Sequence) and _is_list(node):
+            for item in node:
+                _walk(item, depth + 1, parts)
+        return
+    for key in ("title", "description"):
+        value = node.get(key)
+        if isinstance(value, str):
+            parts.append(value)
+    enum = node.get("enum")
+    if enum is not None and _is_list(enum):
+        parts.extend(v for v in enum if isinstance(v, str))
+    properties = node.get("properties")
+    if isinstance(properties, Mapping):
+        for prop, sub in properties.items():
+            if isinstance(prop, str):
+                parts.append(" ".join(name_words(prop)))
+            _walk(sub, depth + 1, parts)
+    for key in _CHILD_KEYS:
+        child = node.get(key)
+        if child is not None:
+            _walk(child, depth + 1, parts)
+    for key in ("$defs", "definitions"):
+        defs = node.get(key)
+        if isinstance(defs, Mapping):
+            for sub in defs.values():
+                _walk(sub, depth + 1, parts)
+
+
+def _plain(value: object) -> object:
+    """Mappings as dicts, for `json.dumps`."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def tools_fingerprint(tools: Sequence[ToolReference], *, ordered: bool) -> str:
+    """A digest of everything searchable about `tools`: names, descriptions and parameters.
+
+    Args:
+        tools: checked tools (see `check_tools`).
+        ordered: whether the order of the tools counts.
+
+    Returns:
+        A sha256 hex digest.
+
+    Raises:
+        InvalidInput: a tool's parameters hold something JSON cannot carry.
+    """
+    items = tools if ordered else sorted(tools, key=lambda t: t.name)
+    try:
+        text = _canonical([[t.name, t.description, t.parameters] for t in items])
+    except (TypeError, ValueError):
+        for tool in items:
+            try:
+                _canonical(tool.parameters)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInput(
+                    f"the parameters of tool {tool.name!r} are not a JSON schema: {exc}"
+                ) from exc
+        raise
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
+
+
+def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
+    """`tools` as a list, checked.
+
+    Raises:
+        InvalidInput: an item is not a `ToolReference`, has a blank name or a non-string
+            description, or two tools share a name.
+    """
+    if isinstance(tools, (str, bytes, Mapping)):
+        raise InvalidInput(f"tools must be a sequence of ToolReference, got {type(tools).__name__}")
+    checked = list(tools)
+    seen: set[str] = set()
+    for tool in checked:
+        if not isinstance(tool, ToolReference):
+            raise InvalidInput(
+                f"tools must be ToolReference objects, got {type(tool).__name__} "
+                "(build one with ToolReference(name, description, parameters))"
+            )
+        if not isinstance(tool.name, str) or not tool.name.strip():
+            raise InvalidInput(f"a tool name must be a non-blank string, got {tool.name!r}")
+        if not isinstance(tool.description, str):
+            raise InvalidInput(f"the description of tool {tool.name!r} must be a string")
+        if tool.parameters is not None and not isinstance(tool.parameters, Mapping):
+            raise InvalidInput(
+                f"the parameters of tool {tool.name!r} must be a JSON-schema mapping or None"
+            )
+        if tool.name in seen:
+            raise InvalidInput(f"two tools are named {tool.name!r}: tool names must be unique")
+        seen.add(tool.name)
+    return checked
+
+
+def check_max_results(max_results: int | None, default: int) -> int:
+    """`max_results`, or `default` for None.
+
+    Raises:
+        InvalidInput: not a positive integer.
+    """
+    if max_results is None:
+        return default
+    if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+        raise InvalidInput(f"max_results must be a positive integer, got {max_results!r}")
+    return max_results
