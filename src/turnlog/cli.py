@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import itertools
 import json
 import os
 import shutil
@@ -35,223 +34,19 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
-from turnlog.events import EventType, Message, SessionEvent, ToolCall, ToolResult
+from turnlog.events import EventType, Message, SessionEvent
+from turnlog.importers import read_conversations, sharegpt_messages
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
 from turnlog.stores.sqlite import SqliteStore
+from turnlog.stores.url import open_store
 from turnlog.testing.fakes import ScriptedChatModel
 from turnlog.text import event_text, message_text
 from turnlog.tokens import O200kCounter, default_counter, event_tokens
 
 __all__ = ["main"]
 
-Handler = Callable[[SessionService, argparse.Namespace], int]
-
-# -- importing conversations -----------------------------------------------------------------
-
-
-def _bad(where: str, what: str) -> InvalidInput:
-    return InvalidInput(f"{where}: {what}")
-
-
-def _load(path: Path) -> list[tuple[str, Any]]:
-    """The file's items as (location, value): one item for a JSON document, one per JSONL line."""
-    try:
-        raw = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InvalidInput(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if not raw.strip():
-        raise InvalidInput(f"{path} is empty: expected a JSON list of messages, JSONL or ShareGPT")
-    try:
-        return [("", json.loads(raw))]
-    except json.JSONDecodeError as whole:
-        items = []
-        for n, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                if not items:  # not JSONL either: report the document's own error
-                    raise InvalidInput(
-                        f"{path} is not JSON: {whole.msg} at line {whole.lineno} "
-                        f"column {whole.colno}"
-                    ) from None
-                raise _bad(f"{path}, line {n}", f"not JSON ({exc.msg})") from None
-        return items
-
-
-def read_conversations(path: Path) -> tuple[str, list[list[Message]]]:
-    """The conversations a file holds, as turnlog messages, and the format's name.
-
-    A JSON list of OpenAI chat-completions messages (or `{"messages": [...]}`), JSONL with one
-    message per line, or ShareGPT: a record `{"conversations": [...]}`, a list of records or
-    JSONL of records (one conversation each).
-
-    Raises:
-        InvalidInput: the file cannot be read or holds something else; names the entry.
-    """
-    items = _load(path)
-    if len(items) == 1 and not items[0][0]:  # one JSON document
-        doc = items[0][1]
-        if isinstance(doc, dict) and "messages" in doc and "role" not in doc:
-            doc = doc["messages"]
-        if isinstance(doc, dict):
-            doc = [doc]
-        if not isinstance(doc, list):
-            raise InvalidInput(f"{path}: expected a list of messages or ShareGPT records")
-        items = [(f"entry {i}", item) for i, item in enumerate(doc, start=1)]
-    if not items:
-        raise InvalidInput(f"{path} holds no messages")
-    items = [(f"{path}, {where}", item) for where, item in items]
-    if isinstance(items[0][1], dict) and "conversations" in items[0][1]:
-        return "sharegpt", [_sharegpt(where, record) for where, record in items]
-    return "openai", [_openai(items)]
-
-
-def _text(where: str, value: object) -> str | None:
-    """An OpenAI `content`: a string, a list of text parts (joined by newlines), or null."""
-    if value is None or isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise _bad(where, "content must be a string, a list of text parts, or null")
-    texts = []
-    for j, part in enumerate(value, start=1):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise _bad(where, f"content part {j} is of type {kind!r}: only text parts import")
-        if not isinstance(part.get("text"), str):
-            raise _bad(where, f"content part {j} has no text")
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:
-    messages: list[Message] = []
-    call_names: dict[str, str] = {}  # call id -> tool name, from earlier assistant messages
-    for where, item in items:
-        if not isinstance(item, dict):
-            raise _bad(where, f"expected a message object, got {type(item).__name__}")
-        role = item.get("role")
-        if role is None and "from" in item:
-            raise _bad(where, 'a ShareGPT turn: wrap the turns in {"conversations": [...]}')
-        try:
-            message = _openai_message(where, item, call_names)
-        except InvalidInput as exc:
-            if str(exc).startswith(where):
-                raise
-            raise _bad(where, str(exc)) from None
-        if message.role == "tool" and messages and messages[-1].role == "tool":
-            message = Message.tool(messages[-1].tool_results + message.tool_results)
-            messages[-1] = message  # answers to parallel calls share one tool message
-        else:
-            messages.append(message)
-    return messages
-
-
-def _openai_message(where: str, item: dict[str, Any], call_names: dict[str, str]) -> Message:
-    role = item.get("role")
-    text = _text(where, item.get("content"))
-    metadata = {"name": item["name"]} if isinstance(item.get("name"), str) else {}
-    if role in ("system", "developer", "user"):
-        if text is None:
-            raise _bad(where, f"a {role} message needs content")
-        return Message("user" if role == "user" else "system", text, metadata=metadata)
-    if role == "assistant":
-        if item.get("function_call") is not None:
-            raise _bad(where, "the legacy function_call field is not supported: use tool_calls")
-        raw_calls = item.get("tool_calls") or []
-        if not isinstance(raw_calls, list):
-            raise _bad(where, "tool_calls must be a list")
-        calls = []
-        for j, call in enumerate(raw_calls, start=1):
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise _bad(where, f"tool call {j} needs a function with a name")
-            if not isinstance(call.get("id"), str) or call.get("type", "function") != "function":
-                raise _bad(where, f'tool call {j} needs an id and type "function"')
-            args = fn.get("arguments", "{}")
-            if isinstance(args, (dict, list)):
-                args = json.dumps(args, ensure_ascii=False)
-            if not isinstance(args, str):
-                raise _bad(where, f"tool call {j}: arguments must be a JSON string")
-            calls.append(ToolCall(call["id"], fn["name"], args))
-            call_names[call["id"]] = fn["name"]
-        return Message("assistant", text, tuple(calls), metadata=metadata)
-    if role == "tool":
-        call_id = item.get("tool_call_id")
-        if not isinstance(call_id, str) or call_id not in call_names:
-            raise _bad(where, f"tool_call_id {call_id!r} answers no earlier assistant tool call")
-        name = item.get("name")
-        if not isinstance(name, str):
-            name = call_names[call_id]
-        return Message.tool(ToolResult(call_id, name, text or ""))
-    raise _bad(where, f"unknown role {role!r}: expected system, user, assistant or tool")
-
-
-_SHAREGPT = {
-    "human": "user",
-    "user": "user",
-    "gpt": "assistant",
-    "assistant": "assistant",
-    "system": "system",
-    "function_call": "call",
-    "observation": "result",
-    "tool": "result",
-}
-
-
-def _sharegpt(where: str, record: object) -> list[Message]:
-    turns = record.get("conversations") if isinstance(record, dict) else None
-    if not isinstance(record, dict) or not isinstance(turns, list):
-        raise _bad(where, 'expected a ShareGPT record {"conversations": [...]}')
-    messages: list[Message] = []
-    if isinstance(record.get("system"), str) and record["system"].strip():
-        messages.append(Message.system(record["system"]))
-    pending: list[ToolCall] = []
-    ids = itertools.count(1)
-    for j, turn in enumerate(turns, start=1):
-        at = f"{where}, turn {j}"
-        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-            raise _bad(at, 'expected {"from": ..., "value": "<text>"}')
-        kind, value = _SHAREGPT.get(str(turn.get("from"))), turn["value"]
-        if kind is None:
-            raise _bad(
-                at, f"unknown 'from' {turn.get('from')!r}: expected one of {', '.join(_SHAREGPT)}"
-            )
-        if kind == "call":
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError:
-                raise _bad(at, "a function_call value must be JSON") from None
-            calls = []
-            for call in parsed if isinstance(parsed, list) else [parsed]:
-                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                    raise _bad(at, 'a function_call needs {"name": ..., "arguments": ...}')
-                args = call.get("arguments", {})
-                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-                calls.append(ToolCall(f"call_{next(ids)}", call["name"], args))
-            pending = calls
-            messages.append(Message.assistant(tool_calls=calls))
-        elif kind == "result":
-            if not pending:
-                raise _bad(at, "an observation that answers no function_call before it")
-            call = pending.pop(0)
-            result = ToolResult(call.id, call.name, value)
-            if messages[-1].role == "tool":
-                messages[-1] = Message.tool((*messages[-1].tool_results, result))
-            else:
-                messages.append(Message.tool(result))
-        else:
-            messages.append(Message(kind, value))  # type: ignore[arg-type]
-    if not messages:
-        raise _bad(where, "holds no turns")
-    return messages
-
+Handler = Callable[[Any, argparse.Namespace], int]
 
 # -- rendering ---------------------------------------------------------------------------------
 
@@ -492,7 +287,7 @@ def demo_conversation() -> list[Message]:
         else:
             who, _, value = line.partition(" ")
             turns.append({"from": who, "value": value.strip()})
-    return _sharegpt("demo", {"conversations": turns})
+    return sharegpt_messages("demo", {"conversations": turns})
 
 
 DEMO_SUMMARY = (
@@ -720,6 +515,23 @@ def _cmd_expire(svc: SessionService, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
+    url = args.store or f"sqlite:///{args.db}"
+    if url.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        try:
+            from turnlog.stores.postgres_schema import migrate
+        except ImportError:
+            return _fail("PostgreSQL needs an extra: pip install 'turnlog[postgres]'", 1)
+        version = migrate(url)
+        print(f"PostgreSQL schema is at version {version}")
+        return 0
+    store = open_store(url)  # opening creates or checks the schema
+    kind = type(store).__name__
+    store.close()
+    print(f"{kind}: schema is current")
+    return 0
+
+
 # -- arguments and errors ----------------------------------------------------------------------
 
 _COMMANDS: list[tuple[str, Handler, str, str]] = [
@@ -737,6 +549,9 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
      "turnlog delete support-42"),
     ("expire", _cmd_expire, "delete every session whose expiry has passed",
      "turnlog expire"),
+    ("migrate", _cmd_migrate, "create or upgrade a store's schema (PostgreSQL, SQLite)",
+     "turnlog migrate --store postgresql://app@db.internal:5432/chat\n"
+     "  turnlog migrate --store sqlite:///var/lib/app/turnlog.db"),
 ]  # fmt: skip
 
 _DETAILS = {
@@ -765,8 +580,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db", default=default_db, help=f"the SQLite file (default: $TURNLOG_DB or {default_db})"
     )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("TURNLOG_STORE") or None,
+        metavar="URL",
+        help="a store URL instead of --db: sqlite:///path, postgresql://..., redis://..., "
+        "redis+cluster://host:port,..., memory:// (default: $TURNLOG_STORE)",
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, help="the SQLite file")
+    common.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help="a store URL")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands = {}
     for name, handler, summary, example in _COMMANDS:
@@ -816,26 +639,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else 2
     db = Path(args.db)
+    where = args.store or str(db)
     try:
         if args.command == "import":  # a bad file must not even create the database
             args.conversations = read_conversations(Path(args.file))
-        elif args.command != "demo" and not db.exists():
+        if args.command == "migrate":
+            return _cmd_migrate(None, args)
+        if args.store is None and args.command not in ("demo", "import") and not db.exists():
             return _fail(f"no turnlog database at {db}: run `turnlog demo` or pass --db PATH", 1)
-        with SessionService(SqliteStore(db)) as svc:
+        store = open_store(args.store) if args.store else SqliteStore(db)
+        with SessionService(store) as svc:
             code: int = args.handler(svc, args)
             return code
     except SessionNotFound as exc:
         return _fail(
-            f"session {exc.session_id!r} does not exist in {db} (see `turnlog sessions`)", 1
+            f"session {exc.session_id!r} does not exist in {where} (see `turnlog sessions`)", 1
         )
     except SessionAlreadyExists as exc:
         return _fail(
-            f"session {exc.session_id!r} already exists in {db}: pass --session NEW_ID, or "
+            f"session {exc.session_id!r} already exists in {where}: pass --session NEW_ID, or "
             f"`turnlog delete {exc.session_id}` first",
             1,
         )
     except InvalidInput as exc:
         return _fail(str(exc), 2)
+    except ImportError as exc:  # a store whose extra is not installed
+        return _fail(str(exc), 1)
     except TurnlogError as exc:
         return _fail(str(exc), 1)
     except BrokenPipeError:  # e.g. `turnlog show x --log | head`
@@ -843,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:
-        return _fail(f"{exc.filename or db}: {exc.strerror or exc}", 1)
+        return _fail(f"{exc.filename or where}: {exc.strerror or exc}", 1)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as exc:

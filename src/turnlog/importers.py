@@ -1,0 +1,228 @@
+"""Read conversations from files: OpenAI chat-completions messages and ShareGPT records.
+
+`read_conversations(path)` accepts a JSON list of OpenAI messages (or `{"messages": [...]}`),
+JSONL with one message per line, or ShareGPT: a record `{"conversations": [...]}`, a list of
+records, or JSONL of records. Consecutive tool messages become one turnlog tool message with
+several results. Every problem raises `InvalidInput` naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from turnlog.errors import InvalidInput
+from turnlog.events import Message, ToolCall, ToolResult
+
+__all__ = ["read_conversations", "sharegpt_messages"]
+
+
+def _bad(where: str, what: str) -> InvalidInput:
+    return InvalidInput(f"{where}: {what}")
+
+
+def _load(path: Path) -> list[tuple[str, Any]]:
+    """The file's items as (location, value): one item for a JSON document, one per JSONL line."""
+    try:
+        raw = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise InvalidInput(f"{path} is empty: expected a JSON list of messages, JSONL or ShareGPT")
+    try:
+        return [("", json.loads(raw))]
+    except json.JSONDecodeError as whole:
+        items = []
+        for n, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                if not items:  # not JSONL either: report the document's own error
+                    raise InvalidInput(
+                        f"{path} is not JSON: {whole.msg} at line {whole.lineno} "
+                        f"column {whole.colno}"
+                    ) from None
+                raise _bad(f"{path}, line {n}", f"not JSON ({exc.msg})") from None
+        return items
+
+
+def read_conversations(path: Path) -> tuple[str, list[list[Message]]]:
+    """The conversations a file holds, as turnlog messages, and the format's name.
+
+    A JSON list of OpenAI chat-completions messages (or `{"messages": [...]}`), JSONL with one
+    message per line, or ShareGPT: a record `{"conversations": [...]}`, a list of records or
+    JSONL of records (one conversation each).
+
+    Raises:
+        InvalidInput: the file cannot be read or holds something else; names the entry.
+    """
+    items = _load(path)
+    if len(items) == 1 and not items[0][0]:  # one JSON document
+        doc = items[0][1]
+        if isinstance(doc, dict) and "messages" in doc and "role" not in doc:
+            doc = doc["messages"]
+        if isinstance(doc, dict):
+            doc = [doc]
+        if not isinstance(doc, list):
+            raise InvalidInput(f"{path}: expected a list of messages or ShareGPT records")
+        items = [(f"entry {i}", item) for i, item in enumerate(doc, start=1)]
+    if not items:
+        raise InvalidInput(f"{path} holds no messages")
+    items = [(f"{path}, {where}", item) for where, item in items]
+    if isinstance(items[0][1], dict) and "conversations" in items[0][1]:
+        return "sharegpt", [sharegpt_messages(where, record) for where, record in items]
+    return "openai", [_openai(items)]
+
+
+def _text(where: str, value: object) -> str | None:
+    """An OpenAI `content`: a string, a list of text parts (joined by newlines), or null."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise _bad(where, "content must be a string, a list of text parts, or null")
+    texts = []
+    for j, part in enumerate(value, start=1):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise _bad(where, f"content part {j} is of type {kind!r}: only text parts import")
+        if not isinstance(part.get("text"), str):
+            raise _bad(where, f"content part {j} has no text")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:
+    messages: list[Message] = []
+    call_names: dict[str, str] = {}  # call id -> tool name, from earlier assistant messages
+    for where, item in items:
+        if not isinstance(item, dict):
+            raise _bad(where, f"expected a message object, got {type(item).__name__}")
+        role = item.get("role")
+        if role is None and "from" in item:
+            raise _bad(where, 'a ShareGPT turn: wrap the turns in {"conversations": [...]}')
+        try:
+            message = _openai_message(where, item, call_names)
+        except InvalidInput as exc:
+            if str(exc).startswith(where):
+                raise
+            raise _bad(where, str(exc)) from None
+        if message.role == "tool" and messages and messages[-1].role == "tool":
+            message = Message.tool(messages[-1].tool_results + message.tool_results)
+            messages[-1] = message  # answers to parallel calls share one tool message
+        else:
+            messages.append(message)
+    return messages
+
+
+def _openai_message(where: str, item: dict[str, Any], call_names: dict[str, str]) -> Message:
+    role = item.get("role")
+    text = _text(where, item.get("content"))
+    metadata = {"name": item["name"]} if isinstance(item.get("name"), str) else {}
+    if role in ("system", "developer", "user"):
+        if text is None:
+            raise _bad(where, f"a {role} message needs content")
+        return Message("user" if role == "user" else "system", text, metadata=metadata)
+    if role == "assistant":
+        if item.get("function_call") is not None:
+            raise _bad(where, "the legacy function_call field is not supported: use tool_calls")
+        raw_calls = item.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise _bad(where, "tool_calls must be a list")
+        calls = []
+        for j, call in enumerate(raw_calls, start=1):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise _bad(where, f"tool call {j} needs a function with a name")
+            if not isinstance(call.get("id"), str) or call.get("type", "function") != "function":
+                raise _bad(where, f'tool call {j} needs an id and type "function"')
+            args = fn.get("arguments", "{}")
+            if isinstance(args, (dict, list)):
+                args = json.dumps(args, ensure_ascii=False)
+            if not isinstance(args, str):
+                raise _bad(where, f"tool call {j}: arguments must be a JSON string")
+            calls.append(ToolCall(call["id"], fn["name"], args))
+            call_names[call["id"]] = fn["name"]
+        return Message("assistant", text, tuple(calls), metadata=metadata)
+    if role == "tool":
+        call_id = item.get("tool_call_id")
+        if not isinstance(call_id, str) or call_id not in call_names:
+            raise _bad(where, f"tool_call_id {call_id!r} answers no earlier assistant tool call")
+        name = item.get("name")
+        if not isinstance(name, str):
+            name = call_names[call_id]
+        return Message.tool(ToolResult(call_id, name, text or ""))
+    raise _bad(where, f"unknown role {role!r}: expected system, user, assistant or tool")
+
+
+_SHAREGPT = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "function_call": "call",
+    "observation": "result",
+    "tool": "result",
+}
+
+
+def sharegpt_messages(where: str, record: object) -> list[Message]:
+    """The messages of one ShareGPT record; `where` names it in errors.
+
+    Raises:
+        InvalidInput: the record is malformed.
+    """
+    turns = record.get("conversations") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not isinstance(turns, list):
+        raise _bad(where, 'expected a ShareGPT record {"conversations": [...]}')
+    messages: list[Message] = []
+    if isinstance(record.get("system"), str) and record["system"].strip():
+        messages.append(Message.system(record["system"]))
+    pending: list[ToolCall] = []
+    ids = itertools.count(1)
+    for j, turn in enumerate(turns, start=1):
+        at = f"{where}, turn {j}"
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise _bad(at, 'expected {"from": ..., "value": "<text>"}')
+        kind, value = _SHAREGPT.get(str(turn.get("from"))), turn["value"]
+        if kind is None:
+            raise _bad(
+                at, f"unknown 'from' {turn.get('from')!r}: expected one of {', '.join(_SHAREGPT)}"
+            )
+        if kind == "call":
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                raise _bad(at, "a function_call value must be JSON") from None
+            calls = []
+            for call in parsed if isinstance(parsed, list) else [parsed]:
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                    raise _bad(at, 'a function_call needs {"name": ..., "arguments": ...}')
+                args = call.get("arguments", {})
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                calls.append(ToolCall(f"call_{next(ids)}", call["name"], args))
+            pending = calls
+            messages.append(Message.assistant(tool_calls=calls))
+        elif kind == "result":
+            if not pending:
+                raise _bad(at, "an observation that answers no function_call before it")
+            call = pending.pop(0)
+            result = ToolResult(call.id, call.name, value)
+            if messages[-1].role == "tool":
+                messages[-1] = Message.tool((*messages[-1].tool_results, result))
+            else:
+                messages.append(Message.tool(result))
+        else:
+            messages.append(Message(kind, value))  # type: ignore[arg-type]
+    if not messages:
+        raise _bad(where, "holds no turns")
+    return messages
