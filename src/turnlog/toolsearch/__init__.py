@@ -1,5 +1,8 @@
 """Tool search: the model searches the tools it needs instead of being sent all of them.
 
+`ToolSearch` is the entry point: per request, `prepare` the session's tools, offer the model
+`offered_tools`, and answer its `tool_search` calls with `answer_call`.
+
 See docs/toolsearch.md. `EmbeddingToolIndex` and `HybridToolIndex` need the `embeddings` extra
 (`pip install 'turnlog[embeddings]'`) and are imported only when first used.
 """
@@ -11,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolIndexEvictionStrategy, ToolReference
 from turnlog.toolsearch.bm25 import Bm25ToolIndex
+from turnlog.toolsearch.discovery import TOOLS_DISCOVERED, discovered_names, discovery_event
 from turnlog.toolsearch.eviction import (
     AlwaysEvict,
     CompositeEvictionStrategy,
@@ -20,6 +24,16 @@ from turnlog.toolsearch.eviction import (
     TtlEvictionStrategy,
 )
 from turnlog.toolsearch.regex import RegexToolIndex
+from turnlog.toolsearch.search import (
+    MAX_RESULTS_LIMIT,
+    SEARCH_TOOL_NAME,
+    SearchResult,
+    ToolSearch,
+    as_anthropic_tool,
+    as_openai_tool,
+    as_tool_dict,
+    tool_from_dict,
+)
 
 # -- lazy exports: the embedding indexes (turnlog.toolsearch.embedding, extra "embeddings") -----
 # Resolved by __getattr__ on first use, so importing turnlog.toolsearch never needs numpy or
@@ -50,6 +64,9 @@ def __getattr__(name: str) -> Any:
 # -- end of lazy exports -------------------------------------------------------------------------
 
 __all__ = [
+    "MAX_RESULTS_LIMIT",
+    "SEARCH_TOOL_NAME",
+    "TOOLS_DISCOVERED",
     "AlwaysEvict",
     "Bm25ToolIndex",
     "CompositeEvictionStrategy",
@@ -57,9 +74,17 @@ __all__ = [
     "MonotonicClock",
     "NeverEvict",
     "RegexToolIndex",
+    "SearchResult",
     "ToolHit",
     "ToolIndex",
     "ToolIndexEvictionStrategy",
     "ToolReference",
+    "ToolSearch",
     "TtlEvictionStrategy",
+    "as_anthropic_tool",
+    "as_openai_tool",
+    "as_tool_dict",
+    "discovered_names",
+    "discovery_event",
+    "tool_from_dict",
 ]
