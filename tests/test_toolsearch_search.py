@@ -247,6 +247,9 @@ def test_the_search_tool_definition():
         "input_schema": neutral["parameters"],
     }
     json.dumps([neutral, openai, anthropic])  # plain JSON
+    assert definition.as_dict() == neutral
+    assert definition.as_openai_tool() == openai
+    assert definition.as_anthropic_tool() == anthropic
     neutral["parameters"]["properties"].clear()  # a copy: the next definition is intact
     assert "query" in ToolSearch().search_tool_definition().parameters["properties"]
 

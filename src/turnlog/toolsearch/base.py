@@ -20,6 +20,43 @@ class ToolReference:
     parameters: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
     """The JSON schema of its arguments (an object schema), or None."""
 
+    def as_dict(self) -> dict[str, Any]:
+        """The neutral shape, as plain JSON: `{"name", "description", "parameters"}`.
+
+        `parameters` is a copy (an empty object schema when None).
+        """
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": _plain(
+                self.parameters
+                if self.parameters is not None
+                else {"type": "object", "properties": {}}
+            ),
+        }
+
+    def as_openai_tool(self) -> dict[str, Any]:
+        """The OpenAI Chat Completions shape: `{"type": "function", "function": {...}}`."""
+        return {"type": "function", "function": self.as_dict()}
+
+    def as_anthropic_tool(self) -> dict[str, Any]:
+        """The Anthropic Messages shape: `{"name", "description", "input_schema"}`."""
+        neutral = self.as_dict()
+        return {
+            "name": neutral["name"],
+            "description": neutral["description"],
+            "input_schema": neutral["parameters"],
+        }
+
+
+def _plain(value: object) -> Any:
+    """A deep copy of JSON-like data with every mapping a dict and every sequence a list."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class ToolHit:

@@ -56,40 +56,21 @@ _DESCRIPTION: Final = (
 )
 _QUERY_DESCRIPTION: Final = "What the tool should do, in a few plain words."
 _MAX_RESULTS_DESCRIPTION: Final = "How many tools to return at most."
-_EMPTY_SCHEMA: Final = {"type": "object", "properties": {}}
-
-
-def _plain(value: object) -> Any:
-    """A deep copy of JSON-like data with every mapping a dict and every sequence a list."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def as_tool_dict(tool: ToolReference) -> dict[str, Any]:
-    """The neutral shape: `{"name", "description", "parameters"}` (parameters never None)."""
-    return {
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": _plain(tool.parameters if tool.parameters is not None else _EMPTY_SCHEMA),
-    }
+    """The neutral shape: `{"name", "description", "parameters"}` (`ToolReference.as_dict`)."""
+    return tool.as_dict()
 
 
 def as_openai_tool(tool: ToolReference) -> dict[str, Any]:
-    """The OpenAI Chat Completions shape: `{"type": "function", "function": {...}}`."""
-    return {"type": "function", "function": as_tool_dict(tool)}
+    """The OpenAI Chat Completions shape (`ToolReference.as_openai_tool`)."""
+    return tool.as_openai_tool()
 
 
 def as_anthropic_tool(tool: ToolReference) -> dict[str, Any]:
-    """The Anthropic Messages shape: `{"name", "description", "input_schema"}`."""
-    neutral = as_tool_dict(tool)
-    return {
-        "name": neutral["name"],
-        "description": neutral["description"],
-        "input_schema": neutral["parameters"],
-    }
+    """The Anthropic Messages shape (`ToolReference.as_anthropic_tool`)."""
+    return tool.as_anthropic_tool()
 
 
 def tool_from_dict(spec: Mapping[str, Any]) -> ToolReference:
