@@ -25,6 +25,7 @@ from turnlog import (
     WindowCompactionStrategy,
 )
 from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, migrate
+from turnlog.stores.postgres_schema import lock_class
 from turnlog.testing import StoreContract
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -431,7 +432,7 @@ def test_delete_expired_deletes_events_and_frees_their_ids(store, admin, pg_sche
     store.append_events("old", events, 0)
     store.append_events("new", turn("new", 1), 0)
     assert store.delete_expired(T0 + timedelta(minutes=30)) == 1
-    for table in ("events", "event_ids", "session_index"):
+    for table in ("events", "session_index"):
         left = admin.execute(
             q(f"SELECT count(*) FROM {{s}}.{table} WHERE session_id = 'old'", pg_schema)
         ).fetchone()
@@ -483,23 +484,26 @@ def test_a_ttl_extended_concurrently_is_kept(store, postgres_dsn, pg_schema, adm
 
 
 def test_an_append_racing_a_delete_leaves_no_orphans(store, postgres_dsn, pg_schema, admin):
-    store.create_session(Session("a", T0, expires_at=T0))
+    store.create_session(Session("a", T0))
+    store.append_events("a", turn("a", 1), 0)
     outcome = []
 
     def append():
         try:
-            outcome.append(store.append_events("a", turn("a", 1), 0))
+            outcome.append(store.append_events("a", turn("a", 2), 2))
         except Exception as exc:
             outcome.append(type(exc).__name__)
 
     writer = threading.Thread(target=append)
-    with psycopg.connect(postgres_dsn, autocommit=True) as holder, holder.transaction():
-        holder.execute(q("SELECT 1 FROM {s}.sessions WHERE id = 'a' FOR UPDATE", pg_schema))
+    with psycopg.connect(postgres_dsn, autocommit=True) as deleter, deleter.transaction():
+        # A delete in flight: it holds the session's advisory lock, so the append waits ...
+        deleter.execute("SELECT pg_advisory_xact_lock(%s, hashtext('a'))", (lock_class(pg_schema),))
         writer.start()
         _wait_for_waiters(admin, pg_schema, 1)
-        holder.execute(q("DELETE FROM {s}.sessions WHERE id = 'a'", pg_schema))
+        deleter.execute(q("SELECT {s}.delete_session('a')", pg_schema))
     writer.join(10)
+    # ... and then finds no session; nothing of it is left behind.
     assert outcome == ["SessionNotFound"]
-    for table in ("events", "event_ids"):
+    for table in ("events", "session_index"):
         count = admin.execute(q(f"SELECT count(*) FROM {{s}}.{table}", pg_schema)).fetchone()
         assert count == (0,), table

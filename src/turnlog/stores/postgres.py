@@ -57,7 +57,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
 
 DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 50
-_RETRYABLE: Final = frozenset({"23505", "40P01", "TLV01"})  # unique, deadlock, version moved
+_RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 _EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
 
 Pool = ConnectionPool[psycopg.Connection[Any]]
@@ -68,6 +68,7 @@ class _Queries:
     """The statements, rendered once for one schema."""
 
     append: str
+    append_one: str
     check: str
     put_session: str
     find_session: str
@@ -98,6 +99,10 @@ class _Queries:
                 "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
                 "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
             ),
+            append_one=q(
+                "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
+                "%s::boolean, %s::bytea)"
+            ),
             check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
             put_session=q("SELECT {s}.put_session(%s, %s, %s, %s::jsonb, %s)"),
             find_session=q(f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id = %s"),
@@ -126,7 +131,10 @@ class _Queries:
                 "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
                 "AND s.metadata ->> %(name)s = %(text)s ORDER BY s.created_at, s.id"
             ),
-            version=q("SELECT version FROM {s}.sessions WHERE id = %s"),
+            version=q(
+                "SELECT coalesce((SELECT max(e.seq) FROM {s}.events e "
+                "WHERE e.session_id = %(sid)s), 0) FROM {s}.sessions s WHERE s.id = %(sid)s"
+            ),
             events=q(f"{session_events} WHERE s.id = %(sid)s ORDER BY e.seq"),
             events_of_types=q(
                 f"{session_events} AND e.type = ANY(%(types)s::text[]) "
@@ -197,8 +205,20 @@ class _Batch:
             keep._boundaries()
         return keep
 
-    def params(self, session_id: str, expected: int | None) -> tuple[Any, ...]:
-        return (
+    def call(self, queries: _Queries, session_id: str, expected: int | None) -> tuple[str, Any]:
+        """The fast append statement for this batch, and its parameters."""
+        if len(self.ids) == 1 and self.boundary_at is None:
+            return queries.append_one, (
+                session_id,
+                expected,
+                self.ids[0],
+                self.types[0],
+                self.timestamps[0],
+                self.roles[0],
+                self.synthetic[0],
+                self.bodies[0],
+            )
+        return queries.append, (
             session_id,
             expected,
             self.ids,
@@ -415,9 +435,9 @@ class PostgresStore:
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
         check_batch(event.session_id, [event], 0)
-        version, stored = self._append(event.session_id, [event], None)
-        if stored is not None:
-            return replace(event, seq=version, timestamp=stored.timestamp)
+        version, written = self._append(event.session_id, [event], None)
+        if written is not None:
+            return replace(event, seq=version, timestamp=event.timestamp or written)
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
@@ -425,11 +445,11 @@ class PostgresStore:
 
     def _append(
         self, session_id: str, events: list[SessionEvent], expected: int | None
-    ) -> tuple[int, SessionEvent | None]:
+    ) -> tuple[int, datetime | None]:
         """Append `events` at `expected` (at the end when None).
 
-        Returns the new version and, when one event was written, that event with its timestamp
-        (None when nothing was written).
+        Returns the new version, and the time stamped on events without one (None when
+        nothing was written: every event was stored already).
 
         The fast path is one call of the append function. When it declines or a unique key
         rejects it, `append_check` says why: another writer won (VersionConflict), ids already
@@ -443,18 +463,13 @@ class PostgresStore:
         with self._conn(f"appending to session {session_id!r}") as conn:
             for _ in range(_MAX_ATTEMPTS):
                 try:
-                    row = conn.execute(self._q.append, batch.params(session_id, expected))
-                    new = row.fetchone()
+                    new = conn.execute(*batch.call(self._q, session_id, expected)).fetchone()
                 except psycopg.DatabaseError as exc:
                     if exc.sqlstate not in _RETRYABLE:
                         raise
                     new = None
                 if new is not None and new[0] is not None:
-                    version = int(new[0])
-                    written = batch.events[-1]
-                    if written.timestamp is None:
-                        written = replace(written, timestamp=now)
-                    return version, written
+                    return int(new[0]), now
                 found = conn.execute(
                     self._q.check, (session_id, expected, batch.ids, batch.required)
                 ).fetchone()
@@ -504,7 +519,7 @@ class PostgresStore:
 
     def version(self, session_id: str) -> int:
         with self._conn(f"reading session {session_id!r}") as conn:
-            row = conn.execute(self._q.version, (session_id,)).fetchone()
+            row = conn.execute(self._q.version, {"sid": session_id}).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
         return int(row[0])

@@ -23,6 +23,7 @@ number of processes may migrate at once: one does the work, the others wait and 
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -31,7 +32,7 @@ from psycopg import sql
 
 from turnlog.errors import CorruptData, InvalidInput, StoreError
 
-__all__ = ["SCHEMA_VERSION", "check_schema_name", "ensure_schema", "migrate"]
+__all__ = ["SCHEMA_VERSION", "check_schema_name", "ensure_schema", "lock_class", "migrate"]
 
 SCHEMA_VERSION: Final = 1
 """The newest schema version this turnlog knows."""
@@ -64,6 +65,9 @@ def _check_partitions(partitions: object) -> int | None:
 
 
 # -- migration 1 ----------------------------------------------------------------------------
+#
+# Placeholders: {s} is the schema (an Identifier); @LOCK@ the schema's advisory-lock class (an
+# integer literal); @...@ pieces differ between one events table and a partitioned one.
 
 _V1_TABLES: Final = """
 CREATE TABLE {s}.sessions (
@@ -71,7 +75,6 @@ CREATE TABLE {s}.sessions (
     created_at timestamptz NOT NULL,
     expires_at timestamptz,
     metadata jsonb NOT NULL,
-    version bigint NOT NULL DEFAULT 0,
     boundary_seq bigint,
     boundary_ids text[] NOT NULL DEFAULT ARRAY[]::text[]
 );
@@ -87,12 +90,6 @@ CREATE TABLE {s}.session_index (
     PRIMARY KEY (name, value, session_id)
 );
 CREATE INDEX session_index_session ON {s}.session_index (session_id);
-
-CREATE TABLE {s}.event_ids (
-    id text PRIMARY KEY,
-    session_id text NOT NULL
-);
-CREATE INDEX event_ids_session ON {s}.event_ids (session_id);
 """
 
 _V1_EVENTS: Final = """
@@ -108,7 +105,19 @@ CREATE TABLE {s}.events (
     PRIMARY KEY (session_id, seq)
 )"""
 
-_V1_EVENTS_INDEX: Final = "CREATE UNIQUE INDEX events_session_event ON {s}.events (session_id, id)"
+# One table: a unique index on id keeps ids unique across sessions.
+_V1_EVENT_IDS_PLAIN: Final = "CREATE UNIQUE INDEX events_id ON {s}.events (id)"
+
+# Partitioned: a unique index must hold the partition key, so (session_id, id) is unique per
+# session and the small event_ids table keeps ids unique across sessions.
+_V1_EVENT_IDS_PARTITIONED: Final = """
+CREATE UNIQUE INDEX events_session_event ON {s}.events (session_id, id);
+CREATE TABLE {s}.event_ids (
+    id text PRIMARY KEY,
+    session_id text NOT NULL
+);
+CREATE INDEX event_ids_session ON {s}.event_ids (session_id);
+"""
 
 _V1_COMMENTS: Final = """
 COMMENT ON COLUMN {s}.events."timestamp" IS 'microseconds since 1970-01-01 UTC';
@@ -116,11 +125,40 @@ COMMENT ON COLUMN {s}.events.body IS 'turnlog codec JSON (format in the "v" key)
 COMMENT ON COLUMN {s}.session_index.value IS 'the metadata value as jsonb text: type-exact';
 """
 
-# The fast append path: the (session_id, seq) primary key is the concurrency guard. The rows go
-# in at p_expected + 1, ...; a slower writer proposing the same seqs gets a unique violation and
-# the client asks `append_check` what happened. The session row is updated last, guarded by its
-# version, so a writer that expected a version the log never reached (a gap) rolls back too.
+# The append functions. The writer proposes seqs p_expected + 1, ...; the (session_id, seq)
+# primary key rejects a slower writer (a unique violation; the client then asks append_check
+# what happened). A session's version is max(seq): nothing else is written per append. They
+# decline (NULL) when the session is missing, when the log is not at p_expected yet (no seq
+# p_expected: a gap), or when a boundary names events the log does not hold.
+#
+# Deleting a session takes an exclusive advisory lock on it; appends take it shared, so a
+# delete waits for the appends in flight and then removes their events too, and an append that
+# comes after a delete finds no session.
 _V1_APPEND: Final = """
+CREATE FUNCTION {s}.append_one(
+    p_session text, p_expected bigint, p_id text, p_type text, p_ts bigint, p_role text,
+    p_synthetic boolean, p_body bytea
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v bigint := p_expected;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
+    IF v IS NULL THEN
+        SELECT coalesce(max(e.seq), 0) INTO v FROM {s}.events e WHERE e.session_id = p_session;
+    END IF;
+    INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body)
+    SELECT p_session, v + 1, p_id, p_type, p_ts, p_role, p_synthetic, p_body
+    WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
+      AND (v = 0 OR EXISTS (
+          SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v));
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    @IDS_INSERT_ONE@
+    RETURN v + 1;
+END
+$fn$;
+
 CREATE FUNCTION {s}.append_events(
     p_session text, p_expected bigint, p_ids text[], p_types text[], p_ts bigint[],
     p_roles text[], p_synthetic boolean[], p_bodies bytea[], p_required text[],
@@ -128,18 +166,18 @@ CREATE FUNCTION {s}.append_events(
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     v bigint := p_expected;
-    n bigint := cardinality(p_ids);
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
     IF v IS NULL THEN
-        SELECT s.version INTO v FROM {s}.sessions s WHERE s.id = p_session;
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
+        SELECT coalesce(max(e.seq), 0) INTO v FROM {s}.events e WHERE e.session_id = p_session;
     END IF;
-    IF cardinality(p_required) > 0 AND EXISTS (
-        SELECT 1 FROM unnest(p_required) AS r(id) WHERE NOT EXISTS (
-            SELECT 1 FROM {s}.events e
-            WHERE e.session_id = p_session AND e.id = r.id AND e.type = 'MESSAGE'))
+    IF NOT EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
+        OR (v > 0 AND NOT EXISTS (
+            SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v))
+        OR (cardinality(p_required) > 0 AND EXISTS (
+            SELECT 1 FROM unnest(p_required) AS r(id) WHERE NOT EXISTS (
+                SELECT 1 FROM {s}.events e
+                WHERE e.session_id = p_session AND e.id = r.id AND e.type = 'MESSAGE')))
     THEN
         RETURN NULL;
     END IF;
@@ -147,23 +185,22 @@ BEGIN
     SELECT p_session, v + u.o, u.id, u.type, u.ts, u.role, u.synthetic, u.body
     FROM unnest(p_ids, p_types, p_ts, p_roles, p_synthetic, p_bodies)
         WITH ORDINALITY AS u(id, type, ts, role, synthetic, body, o);
-    INSERT INTO {s}.event_ids (id, session_id)
-    SELECT u.id, p_session FROM unnest(p_ids) AS u(id) ORDER BY u.id;
-    IF p_boundary_at IS NULL THEN
-        UPDATE {s}.sessions SET version = v + n WHERE id = p_session AND version = v;
-    ELSE
+    @IDS_INSERT_MANY@
+    IF p_boundary_at IS NOT NULL THEN
         UPDATE {s}.sessions
-        SET version = v + n, boundary_seq = v + p_boundary_at, boundary_ids = p_boundary_ids
-        WHERE id = p_session AND version = v;
+        SET boundary_seq = v + p_boundary_at, boundary_ids = p_boundary_ids
+        WHERE id = p_session AND (boundary_seq IS NULL OR boundary_seq < v + p_boundary_at);
     END IF;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'turnlog: session % is not at version %', p_session, v
-            USING ERRCODE = 'TLV01';
-    END IF;
-    RETURN v + n;
+    RETURN v + cardinality(p_ids);
 END
 $fn$;
 """
+
+_IDS_INSERT_ONE: Final = "INSERT INTO {s}.event_ids (id, session_id) VALUES (p_id, p_session);"
+_IDS_INSERT_MANY: Final = (
+    "INSERT INTO {s}.event_ids (id, session_id) "
+    "SELECT u.id, p_session FROM unnest(p_ids) AS u(id) ORDER BY u.id;"
+)
 
 # The slow path, after the fast one declined or failed: what is the state of this batch?
 _V1_CHECK: Final = """
@@ -175,15 +212,16 @@ DECLARE
     stored text[];
     foreign_id text;
 BEGIN
-    SELECT s.version INTO version FROM {s}.sessions s WHERE s.id = p_session;
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session) THEN
         status := 'not_found';
         RETURN;
     END IF;
+    SELECT coalesce(max(e.seq), 0) INTO version FROM {s}.events e
+    WHERE e.session_id = p_session;
     SELECT coalesce(array_agg(e.id) FILTER (WHERE e.session_id = p_session), ARRAY[]::text[]),
            min(e.id) FILTER (WHERE e.session_id <> p_session)
     INTO stored, foreign_id
-    FROM {s}.event_ids e WHERE e.id = ANY(p_ids);
+    FROM {s}.@OWNERS@ e WHERE e.id = ANY(p_ids);
     IF foreign_id IS NOT NULL THEN
         status := 'foreign';
         detail := ARRAY[foreign_id];
@@ -228,21 +266,23 @@ BEGIN
     SELECT k.name, (p_metadata -> k.name)::text, p_id
     FROM {s}.indexed_keys k
     WHERE jsonb_typeof(p_metadata -> k.name) IN ('string', 'number', 'boolean')
-      AND octet_length((p_metadata -> k.name)::text) <= {max_indexed};
+      AND octet_length((p_metadata -> k.name)::text) <= @MAX_INDEXED@;
     RETURN true;
 END
 $fn$;
 """
 
-# Deleting: the session rows first (this waits for an append in flight on them, and re-checks
-# the expiry of a row whose TTL was extended meanwhile), then, each statement with a fresh
-# snapshot, everything of the sessions actually deleted.
+# Deleting: the session rows first (a sweep re-checks the expiry of a row whose TTL was
+# extended meanwhile, and skips it), then the exclusive advisory lock of each deleted session,
+# which waits for the appends in flight; then, with a fresh snapshot, everything of them.
 _V1_DELETE: Final = """
 CREATE FUNCTION {s}.purge(p_gone text[]) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
+    PERFORM pg_advisory_xact_lock(@LOCK@, k)
+    FROM (SELECT DISTINCT hashtext(g) AS k FROM unnest(p_gone) AS g ORDER BY 1) AS keys;
     IF cardinality(p_gone) > 0 THEN
         DELETE FROM {s}.events WHERE session_id = ANY(p_gone);
-        DELETE FROM {s}.event_ids WHERE session_id = ANY(p_gone);
+        @IDS_DELETE@
         DELETE FROM {s}.session_index WHERE session_id = ANY(p_gone);
     END IF;
     RETURN cardinality(p_gone);
@@ -275,6 +315,12 @@ $fn$;
 """
 
 
+def lock_class(schema: str) -> int:
+    """The first key of the schema's advisory locks (the second is `hashtext(session_id)`)."""
+    value = zlib.crc32(f"turnlog:{schema}".encode())
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
 def _split(script: str) -> list[str]:
     """Statements of a DDL script; a function body ($fn$ ... $fn$) stays whole."""
     out: list[str] = []
@@ -290,10 +336,11 @@ def _split(script: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
-def _migration_1(partitions: int | None) -> list[str]:
+def _migration_1(schema: str, partitions: int | None) -> list[str]:
     statements = _split(_V1_TABLES)
     if partitions is None:
-        statements.append(_V1_EVENTS)
+        statements += [_V1_EVENTS, _V1_EVENT_IDS_PLAIN]
+        pieces = {"IDS_INSERT_ONE": "", "IDS_INSERT_MANY": "", "IDS_DELETE": "", "OWNERS": "events"}
     else:
         statements.append(_V1_EVENTS + " PARTITION BY HASH (session_id)")
         statements += [
@@ -301,10 +348,20 @@ def _migration_1(partitions: int | None) -> list[str]:
             f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
             for i in range(partitions)
         ]
-    statements.append(_V1_EVENTS_INDEX)
+        statements += _split(_V1_EVENT_IDS_PARTITIONED)
+        pieces = {
+            "IDS_INSERT_ONE": _IDS_INSERT_ONE,
+            "IDS_INSERT_MANY": _IDS_INSERT_MANY,
+            "IDS_DELETE": "DELETE FROM {s}.event_ids WHERE session_id = ANY(p_gone);",
+            "OWNERS": "event_ids",
+        }
+    pieces["LOCK"] = str(lock_class(schema))
+    pieces["MAX_INDEXED"] = str(MAX_INDEXED_BYTES)
     statements += _split(_V1_COMMENTS)
     for script in (_V1_APPEND, _V1_CHECK, _V1_PUT_SESSION, _V1_DELETE):
-        statements += _split(script.replace("{max_indexed}", str(MAX_INDEXED_BYTES)))
+        for name, piece in pieces.items():
+            script = script.replace(f"@{name}@", piece)
+        statements += _split(script)
     return statements
 
 
@@ -418,7 +475,7 @@ def ensure_schema(
                     )
                 )
             for version in range((found or 0) + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version](partitions):
+                for statement in _MIGRATIONS[version](schema, partitions):
                     conn.execute(_q(statement, schema))
                 conn.execute(
                     _q("INSERT INTO {s}.schema_version (version) VALUES (%s)", schema), (version,)
