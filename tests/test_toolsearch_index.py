@@ -245,6 +245,8 @@ def test_the_search_reads_only_the_sessions_tools_among_many():
         [ToolReference("  ", "x")],
         [ToolReference("a", None)],
         [ToolReference("a", "x", {"bad": object()})],
+        [ToolReference("a", "lone \ud800 surrogate")],
+        [ToolReference("a", "x", {"properties": {"p": {"description": "\udfff"}}})],
         "not a list",
     ],
 )

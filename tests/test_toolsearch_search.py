@@ -350,3 +350,31 @@ def test_tool_search_is_thread_safe():
     assert errors == []
     assert search.sessions() <= 10
     assert index.sessions() <= 10
+
+
+def test_every_public_name_is_exported():
+    import turnlog.toolsearch as package
+
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+    with pytest.raises(AttributeError):
+        package.NoSuchName  # noqa: B018
+
+
+def test_the_embedding_indexes_are_imported_lazily():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, turnlog.toolsearch as t\n"
+        "assert 'turnlog.toolsearch.embedding' not in sys.modules\n"
+        "assert 'numpy' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    pytest.importorskip("numpy")
+    pytest.importorskip("onnxruntime")
+    import turnlog.toolsearch as package
+    from turnlog.toolsearch.embedding import EmbeddingToolIndex, HybridToolIndex
+
+    assert package.EmbeddingToolIndex is EmbeddingToolIndex
+    assert package.HybridToolIndex is HybridToolIndex

@@ -146,8 +146,12 @@ class Bm25ToolIndex:
                 if released is not None:
                     self._delete(conn, released)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 conn.execute("ROLLBACK")
+                if isinstance(exc, UnicodeEncodeError):
+                    raise InvalidInput(
+                        f"a tool's text is not valid Unicode (a lone surrogate?): {exc}"
+                    ) from exc
                 raise
             self._sets.attach(session_id, key, lambda: span)
             self._next_rowid = max(self._next_rowid, span[0] + span[1])

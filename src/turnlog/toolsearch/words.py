@@ -181,7 +181,8 @@ def tools_fingerprint(tools: Sequence[ToolReference], *, ordered: bool) -> str:
         A sha256 hex digest.
 
     Raises:
-        InvalidInput: a tool's parameters hold something JSON cannot carry.
+        InvalidInput: a tool's parameters hold something JSON cannot carry, or text that is not
+            valid Unicode.
     """
     items = tools if ordered else sorted(tools, key=lambda t: t.name)
     try:
@@ -195,19 +196,27 @@ def tools_fingerprint(tools: Sequence[ToolReference], *, ordered: bool) -> str:
                     f"the parameters of tool {tool.name!r} are not a JSON schema: {exc}"
                 ) from exc
         raise
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"a tool's definition holds text that is not valid Unicode (a lone surrogate?): {exc}"
+        ) from exc
+    return hashlib.sha256(data).hexdigest()
 
 
 def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain
+    )
 
 
 def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
     """`tools` as a list, checked.
 
     Raises:
-        InvalidInput: an item is not a `ToolReference`, has a blank name or a non-string
-            description, or two tools share a name.
+        InvalidInput: an item is not a `ToolReference`, has a blank name, a non-string
+            description or text that is not valid Unicode, or two tools share a name.
     """
     if isinstance(tools, (str, bytes, Mapping)):
         raise InvalidInput(f"tools must be a sequence of ToolReference, got {type(tools).__name__}")
@@ -223,6 +232,13 @@ def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
             raise InvalidInput(f"a tool name must be a non-blank string, got {tool.name!r}")
         if not isinstance(tool.description, str):
             raise InvalidInput(f"the description of tool {tool.name!r} must be a string")
+        try:
+            tool.name.encode("utf-8")
+            tool.description.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(
+                f"tool {tool.name!r} has text that is not valid Unicode (a lone surrogate?)"
+            ) from exc
         if tool.parameters is not None and not isinstance(tool.parameters, Mapping):
             raise InvalidInput(
                 f"the parameters of tool {tool.name!r} must be a JSON-schema mapping or None"
