@@ -507,3 +507,27 @@ def test_an_append_racing_a_delete_leaves_no_orphans(store, postgres_dsn, pg_sch
     for table in ("events", "session_index"):
         count = admin.execute(q(f"SELECT count(*) FROM {{s}}.{table}", pg_schema)).fetchone()
         assert count == (0,), table
+
+
+def test_a_delete_waits_for_an_append_in_flight_and_removes_its_events(
+    store, postgres_dsn, pg_schema, admin
+):
+    store.create_session(Session("a", T0))
+    store.create_session(Session("b", T0))
+    deleted = []
+    deleter = threading.Thread(target=lambda: deleted.append(store.delete_session("a")))
+    with psycopg.connect(postgres_dsn, autocommit=True) as writer, writer.transaction():
+        # An append in flight holds the session's advisory lock shared, and has written a row.
+        writer.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, hashtext('a'))", (lock_class(pg_schema),)
+        )
+        writer.execute(
+            q("SELECT {s}.append_one('a', 0, 'e1', 'MESSAGE', 0, 'user', false, %s)", pg_schema),
+            (b'{"v":1}',),
+        )
+        deleter.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+    deleter.join(10)
+    assert deleted == [True]
+    assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)
+    store.append_events("b", [SessionEvent.for_message("b", Message.user("x"), event_id="e1")], 0)

@@ -287,10 +287,14 @@ def test_writers_killed_mid_batch_leave_whole_batches(ctx, postgres_dsn, pg_sche
             os.kill(proc.pid, signal.SIGKILL)
             proc.join(10)
             assert proc.exitcode == -signal.SIGKILL
-            version = admin.execute(
-                _q("SELECT version FROM {s}.sessions WHERE id = 'crash'", pg_schema)
-            ).fetchone()[0]
-            assert version % BATCH == 0
+            count, version = admin.execute(
+                _q(
+                    "SELECT count(*), coalesce(max(seq), 0) FROM {s}.events "
+                    "WHERE session_id = 'crash'",
+                    pg_schema,
+                )
+            ).fetchone()
+            assert version % BATCH == 0 and count == version
             versions.append(version)
         _settle(admin, app)
         count, top, distinct = admin.execute(

@@ -144,15 +144,17 @@ class _Queries:
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
             ),
             # The view in one query: the boundary and the messages after it (a range of the
-            # primary key), and the events the boundary names from before it (by id).
+            # primary key), and the events the boundary names from before it, each looked up
+            # by id in a unique index (never a scan of the covered range, whatever the
+            # planner's statistics say).
             view=q(
                 "SELECT s.boundary_seq, e.* FROM {s}.sessions s LEFT JOIN LATERAL ("
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %(sid)s "
                 "AND e.seq >= coalesce(s.boundary_seq, 0) "
                 "AND (e.type = 'MESSAGE' OR e.seq = s.boundary_seq) "
-                f"UNION ALL SELECT {_EVENT_COLUMNS} FROM {{s}}.events e "
-                "WHERE e.session_id = %(sid)s AND e.id = ANY(s.boundary_ids) "
-                "AND e.seq < s.boundary_seq) e ON true "
+                f"UNION ALL SELECT {_EVENT_COLUMNS} FROM unnest(s.boundary_ids) AS b(id) "
+                "JOIN {s}.events e ON e.session_id = %(sid)s AND e.id = b.id "
+                "WHERE e.seq < s.boundary_seq) e ON true "
                 "WHERE s.id = %(sid)s ORDER BY e.seq"
             ),
         )

@@ -4,17 +4,21 @@ Everything lives in one PostgreSQL schema (`turnlog` by default), so several ind
 (or test runs) can share a database. The tables:
 
 - `schema_version`: one row per applied migration.
-- `sessions`: one row per session; `version` (the number of events in its log) and the pointer
-  to the newest compaction boundary (`boundary_seq`, plus `boundary_ids`, the ids the boundary
-  names from before itself), so reading a view never reads the covered history.
-- `events`: the logs. `(session_id, seq)` is the primary key and the concurrency guard; the
-  body is the codec's JSON bytes (`bytea`), decoded on the client. Optionally hash-partitioned
-  by `session_id`.
-- `event_ids`: `id` primary key -> `session_id`. Event ids are unique across sessions; with a
-  partitioned `events` table a unique index must include the partition key, so the global
-  uniqueness lives in this small table instead (in every layout, so there is one code path).
+- `sessions`: one row per session, with the pointer to its newest compaction boundary
+  (`boundary_seq`, and `boundary_ids`: the ids the boundary names), so reading a view never
+  reads the covered history.
+- `events`: the logs. `(session_id, seq)` is the primary key and the concurrency guard; a
+  session's version is its `max(seq)`. The body is the codec's JSON bytes (`bytea`), decoded on
+  the client. Optionally hash-partitioned by `session_id`.
+- Event ids are unique across sessions: by a unique index on `events (id)` in one table; a
+  partitioned table cannot have that (a unique index must include the partition key), so there
+  `(session_id, id)` is unique and the small table `event_ids (id primary key, session_id)`
+  keeps ids unique across sessions.
 - `indexed_keys` and `session_index`: the metadata keys the store indexes, and one row per
   (key, JSON value, session), maintained by the server on every session write.
+
+Server-side functions do each write in one round trip (`append_one`, `append_events`,
+`put_session`, `delete_session`, `delete_expired`; `append_check` explains a declined append).
 
 Migrations run in one transaction under an advisory lock keyed on the schema name, so any
 number of processes may migrate at once: one does the work, the others wait and find it done.
