@@ -41,7 +41,10 @@ STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
 _SEPARATORS: Final = re.compile(r"[\W_]+")
 _MAX_SCHEMA_DEPTH: Final = 32
 _MAX_SCHEMA_PARTS: Final = 2000
-_CHILD_KEYS: Final = ("items", "prefixItems", "anyOf", "oneOf", "allOf", "additionalProperties")
+_CHILD_KEYS: Final = frozenset(
+    ("items", "prefixItems", "anyOf", "oneOf", "allOf", "additionalProperties")
+)
+_DEFS_KEYS: Final = frozenset(("$defs", "definitions"))
 
 
 _ASCII_CAMEL: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -125,8 +128,12 @@ def schema_text(parameters: Mapping[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
+def _is_mapping(node: object) -> bool:
+    return type(node) is dict or isinstance(node, Mapping)
+
+
 def _is_list(node: object) -> bool:
-    return isinstance(node, (list, tuple)) or (
+    return type(node) is list or (
         isinstance(node, Sequence) and not isinstance(node, (str, bytes, bytearray))
     )
 
@@ -134,32 +141,28 @@ def _is_list(node: object) -> bool:
 def _walk(node: object, depth: int, parts: list[str]) -> None:
     if depth > _MAX_SCHEMA_DEPTH or len(parts) >= _MAX_SCHEMA_PARTS:
         return
-    if not isinstance(node, Mapping):
-        if isinstance(node, Sequence) and _is_list(node):
-            for item in node:
+    if not _is_mapping(node):
+        if _is_list(node):
+            for item in node:  # type: ignore[attr-defined]
                 _walk(item, depth + 1, parts)
         return
-    for key in ("title", "description"):
-        value = node.get(key)
-        if isinstance(value, str):
-            parts.append(value)
-    enum = node.get("enum")
-    if enum is not None and _is_list(enum):
-        parts.extend(v for v in enum if isinstance(v, str))
-    properties = node.get("properties")
-    if isinstance(properties, Mapping):
-        for prop, sub in properties.items():
-            if isinstance(prop, str):
-                parts.append(" ".join(name_words(prop)))
-            _walk(sub, depth + 1, parts)
-    for key in _CHILD_KEYS:
-        child = node.get(key)
-        if child is not None:
-            _walk(child, depth + 1, parts)
-    for key in ("$defs", "definitions"):
-        defs = node.get(key)
-        if isinstance(defs, Mapping):
-            for sub in defs.values():
+    for key, value in node.items():  # type: ignore[attr-defined]
+        if key == "title" or key == "description":
+            if isinstance(value, str):
+                parts.append(value)
+        elif key == "properties":
+            if _is_mapping(value):
+                for prop, sub in value.items():
+                    if isinstance(prop, str):
+                        parts.append(" ".join(name_words(prop)))
+                    _walk(sub, depth + 1, parts)
+        elif key == "enum":
+            if _is_list(value):
+                parts.extend(v for v in value if isinstance(v, str))
+        elif key in _CHILD_KEYS:
+            _walk(value, depth + 1, parts)
+        elif key in _DEFS_KEYS and _is_mapping(value):
+            for sub in value.values():
                 _walk(sub, depth + 1, parts)
 
 
