@@ -38,6 +38,19 @@ JsonValue: TypeAlias = Any
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_ID_LENGTH: Final = 255
 _EMPTY: Final[Mapping[str, JsonValue]] = {}
+_SURROGATE: Final = re.compile("[\\ud800-\\udfff]")
+
+
+def _check_text(value: object, what: str) -> str:
+    """Return `value` if it is a string that UTF-8 can carry, else raise `InvalidInput`."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
+    if _SURROGATE.search(value):
+        raise InvalidInput(
+            f"{what} holds a lone surrogate code point, which UTF-8 cannot store: "
+            "decode the text with errors='replace' first"
+        )
+    return value
 
 
 def new_id() -> str:
@@ -48,17 +61,17 @@ def new_id() -> str:
 def check_id(value: object, what: str) -> str:
     """Return `value` if it is a usable id, else raise `InvalidInput`.
 
-    An id is a non-blank string of at most 255 characters without control characters.
+    An id is a non-blank string of at most 255 characters, without control characters or lone
+    surrogates.
     """
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
-    if not value.strip():
+    text = _check_text(value, what)
+    if not text.strip():
         raise InvalidInput(f"{what} must not be blank")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise InvalidInput(f"{what} {value!r} contains a control character")
-    return value
+    if len(text) > MAX_ID_LENGTH:
+        raise InvalidInput(f"{what} is {len(text)} characters long; the limit is {MAX_ID_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise InvalidInput(f"{what} {text!r} contains a control character")
+    return text
 
 
 def check_json(value: object, what: str) -> None:
@@ -68,7 +81,10 @@ def check_json(value: object, what: str) -> None:
         item, depth = stack.pop()
         if depth > 64:
             raise InvalidInput(f"{what} is nested more than 64 levels deep")
-        if item is None or isinstance(item, (str, bool, int)):
+        if isinstance(item, str):
+            _check_text(item, what)
+            continue
+        if item is None or isinstance(item, (bool, int)):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
@@ -81,6 +97,7 @@ def check_json(value: object, what: str) -> None:
             for k, v in item.items():
                 if not isinstance(k, str):
                     raise InvalidInput(f"{what} has a non-string key {k!r}; JSON keys are strings")
+                _check_text(k, what)
                 stack.append((v, depth + 1))
             continue
         raise InvalidInput(
@@ -110,6 +127,11 @@ class ToolCall:
     arguments: str = "{}"
     """The arguments as a JSON string, exactly as the model produced them."""
 
+    def __post_init__(self) -> None:
+        _check_text(self.id, "a tool call's id")
+        _check_text(self.name, "a tool call's name")
+        _check_text(self.arguments, "a tool call's arguments")
+
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
@@ -121,6 +143,11 @@ class ToolResult:
     """The tool's name."""
     content: str
     """What the tool returned, as text."""
+
+    def __post_init__(self) -> None:
+        _check_text(self.call_id, "a tool result's call_id")
+        _check_text(self.name, "a tool result's name")
+        _check_text(self.content, "a tool result's content")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +170,8 @@ class Message:
             raise InvalidInput(
                 f"unknown role {self.role!r}: use one of system, user, assistant, tool"
             )
-        if self.text is not None and not isinstance(self.text, str):
-            raise InvalidInput(f"message text must be a string, got {type(self.text).__name__}")
+        if self.text is not None:
+            _check_text(self.text, "message text")
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         object.__setattr__(self, "tool_results", tuple(self.tool_results))
         if self.tool_calls and self.role != "assistant":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal, get_args
 
 from turnlog.compaction.base import (
     CompactionRequest,
@@ -20,6 +20,7 @@ from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 __all__ = ["CompactionWindow", "WindowCompactionStrategy"]
 
 WindowKind = Literal["last_events", "last_turns", "token_budget"]
+_KINDS: Final = frozenset(get_args(WindowKind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,11 @@ class CompactionWindow:
     """Events, turns or tokens."""
 
     def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise InvalidInput(
+                f"unknown window kind {self.kind!r}: build a window with "
+                "CompactionWindow.last_events(n), last_turns(n) or token_budget(n)"
+            )
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
             raise InvalidInput(f"a {self.kind} window needs a positive size, got {self.size!r}")
 
