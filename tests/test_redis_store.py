@@ -51,8 +51,12 @@ HOSTILE = [
 
 def purge(client, prefix: str) -> None:
     """Delete every key under `prefix` (SCAN MATCH; on a cluster, on every master)."""
-    for key in list(client.scan_iter(match=f"{prefix}:*", count=1000)):
-        client.delete(key)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    for at in range(0, len(keys), 1000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[at : at + 1000]:
+            pipe.unlink(key)
+        pipe.execute()
 
 
 def keys_of(client, prefix: str) -> list[str]:
