@@ -39,6 +39,7 @@ ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_ID_LENGTH: Final = 255
 _EMPTY: Final[Mapping[str, JsonValue]] = {}
 _SURROGATE: Final = re.compile("[\\ud800-\\udfff]")
+_CONTROL: Final = re.compile("[\\x00-\\x1f\\x7f]")
 
 
 def _check_text(value: object, what: str) -> str:
@@ -69,7 +70,7 @@ def check_id(value: object, what: str) -> str:
         raise InvalidInput(f"{what} must not be blank")
     if len(text) > MAX_ID_LENGTH:
         raise InvalidInput(f"{what} is {len(text)} characters long; the limit is {MAX_ID_LENGTH}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if _CONTROL.search(text):
         raise InvalidInput(f"{what} {text!r} contains a control character")
     return text
 

@@ -125,22 +125,26 @@ def default_counter() -> TokenCounter:
         return _default
 
 
-_Key = tuple[str, int, object]
+_Key = tuple[str, str, int, object, int]
 
 
 def _key(event: SessionEvent) -> _Key | None:
+    # A stored event never changes and its id is unique in its store. The session, seq,
+    # timestamp and a cheap size fingerprint keep apart events of two stores that reuse an id.
     if event.seq is None or event.timestamp is None:
         return None
-    return (event.id, event.seq, event.timestamp)
+    m = event.message
+    size = -1 if m is None else len(m.text or "") + 7919 * (len(m.tool_calls) + len(m.tool_results))
+    return (event.session_id, event.id, event.seq, event.timestamp, size)
 
 
 class EventTokens:
     """Per-event token counts for one counter, computed once and cached.
 
     Stored events never change and an event id names one event, so the count of a stored event
-    (one with a seq and a timestamp) is cached by id, seq and timestamp. Events not stored yet are
-    counted every time. The cache is bounded (least recently used entries go first) and
-    thread-safe.
+    (one with a seq and a timestamp) is cached by session, id, seq, timestamp and text size.
+    Events not stored yet are counted every time. The cache is bounded (least recently used
+    entries go first) and thread-safe.
     """
 
     def __init__(self, counter: TokenCounter, maxsize: int = 200_000) -> None:
