@@ -8,18 +8,23 @@ expected function is the one its possible answer calls.
 For every index that can be built here (RegexToolIndex, Bm25ToolIndex, and with the `embeddings`
 extra EmbeddingToolIndex and HybridToolIndex):
 - recall@1 and recall@5 of the expected function;
-- p50 and p99 query latency (max_results=5), and the time to index the whole catalogue;
+- p50 and p99 query latency (max_results=5), CPU time per query (all threads), and the time to
+  index the whole catalogue;
+- the same on a harder catalogue of about 1,300 functions (adding, as distractors, the functions
+  of the parallel, parallel_multiple, live_simple and live_multiple categories).
 Then, for the default index (Bm25ToolIndex):
 - tokens saved: o200k tokens of every tool definition sent as an OpenAI function tool (JSON
   schema), against the search tool's definition plus the definitions of the 5 tools the search
   returns, for catalogues of 20, 50 and 200 tools (per question, a random subset with a fixed seed
   that contains the expected function; averaged over the questions);
-- memory: resident size added by 10,000 sessions of 50 tools each prepared through ToolSearch,
-  with no bound and with an LRU bound of 1,000 sessions, each in a fresh subprocess.
+- memory: resident size added by 10,000 sessions of 50 tools each (a random 50 of the catalogue)
+  prepared through `ToolSearch(index, eviction=...).prepare`, with no bound and with an LRU bound
+  of 1,000 sessions, each in a fresh subprocess (also for EmbeddingToolIndex, with the extra).
 
 Targets (issue 4): Bm25ToolIndex recall@5 >= 0.90; HybridToolIndex recall@5 above Bm25's.
 
-    python bench/toolsearch_bfcl.py [--quick] [--misses N] [--indexes bm25,hybrid,...]
+    python bench/toolsearch_bfcl.py [--quick] [--parts recall,harder,tokens,memory]
+        [--indexes regex,bm25,embedding,hybrid] [--misses N]
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import gc  # noqa: E402
-import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -44,18 +48,20 @@ import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
 
 import toolsearch_data as data  # noqa: E402
 import turnlog  # noqa: E402
 from turnlog.tokens import O200kCounter  # noqa: E402
-from turnlog.toolsearch.base import (  # noqa: E402
+from turnlog.toolsearch import (  # noqa: E402
+    Bm25ToolIndex,
+    LruEvictionStrategy,
+    NeverEvict,
+    RegexToolIndex,
     ToolIndex,
-    ToolIndexEvictionStrategy,
     ToolReference,
+    ToolSearch,
+    as_openai_tool,
 )
-from turnlog.toolsearch.bm25 import Bm25ToolIndex  # noqa: E402
-from turnlog.toolsearch.regex import RegexToolIndex  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SESSION = "bfcl"
@@ -146,42 +152,12 @@ def measure(
 # Tokens saved.
 
 
-def tool_search_class() -> Any:
-    """`turnlog.toolsearch.ToolSearch`, or None while it does not exist yet."""
-    try:
-        module = importlib.import_module("turnlog.toolsearch")
-    except ImportError:
-        return None
-    return getattr(module, "ToolSearch", None)
-
-
 def search_tool() -> dict[str, object]:
-    """The search tool offered instead of the catalogue (ToolSearch's own, once it exists)."""
-    tool_search = tool_search_class()
-    if tool_search is not None:
-        definition: dict[str, object] = tool_search(Bm25ToolIndex()).search_tool_definition()
-        return definition
-    return {
-        "type": "function",
-        "function": {
-            "name": "tool_search",
-            "description": (
-                "Search the available tools by what they do. Returns the names of the best "
-                "matching tools; their definitions become available to call."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "What the tool should do."},
-                    "max_results": {
-                        "type": "integer",
-                        "description": "How many tools to return (default 5).",
-                    },
-                },
-                "required": ["query"],
-            },
-        },
-    }
+    """The search tool offered instead of the catalogue: ToolSearch's, as an OpenAI tool."""
+    definition: dict[str, object] = as_openai_tool(
+        ToolSearch(Bm25ToolIndex()).search_tool_definition()
+    )
+    return definition
 
 
 @dataclass
@@ -243,8 +219,6 @@ def rss_bytes() -> int:
 
 def memory_child(args: argparse.Namespace) -> None:
     """Prepare `--sessions` sessions of 50 tools each, then print the RSS delta as JSON."""
-    from turnlog.toolsearch.eviction import LruEvictionStrategy, NeverEvict
-
     _, tools = data.load(data.wheel(args.cache_dir))
     rng = random.Random(args.seed)
     # The tool lists are built before the first measurement, so only the index is counted.
@@ -261,7 +235,7 @@ def memory_child(args: argparse.Namespace) -> None:
     index.index_tools("warm-up", tools)
     index.clear("warm-up")
     eviction = LruEvictionStrategy(args.bound) if args.bound else NeverEvict()
-    prepare, how = _preparer(index, eviction)
+    prepare = ToolSearch(index, eviction=eviction).prepare
     before = rss_bytes()
     start = time.perf_counter()
     for i, session_tools in enumerate(lists):
@@ -269,27 +243,7 @@ def memory_child(args: argparse.Namespace) -> None:
     elapsed = time.perf_counter() - start
     after = rss_bytes()
     held = sum(1 for i in range(args.sessions) if index.size(f"s{i}"))
-    print(
-        json.dumps({"delta": after - before, "seconds": elapsed, "sessions_held": held, "via": how})
-    )
-
-
-def _preparer(
-    index: ToolIndex, eviction: ToolIndexEvictionStrategy
-) -> tuple[Callable[[str, Sequence[ToolReference]], None], str]:
-    """ToolSearch(index, eviction=...).prepare, or the issue's flow by hand until it exists."""
-    tool_search = tool_search_class()
-    if tool_search is not None:
-        search = tool_search(index, eviction=eviction)
-        return search.prepare, "ToolSearch(index, eviction=...).prepare"
-
-    def prepare(session_id: str, tools: Sequence[ToolReference]) -> None:
-        for gone in eviction.on_access(session_id):
-            index.clear(gone)
-            eviction.on_removed(gone)
-        index.index_tools(session_id, tools)
-
-    return prepare, "on_access/clear/on_removed/index_tools (ToolSearch not found)"
+    print(json.dumps({"delta": after - before, "seconds": elapsed, "sessions_held": held}))
 
 
 def memory(args: argparse.Namespace, kind: str, bound: int) -> dict[str, object]:
@@ -349,6 +303,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--indexes", default="", help="comma-separated subset of regex,bm25,embedding,hybrid"
     )
     parser.add_argument("--misses", type=int, default=8, help="misses of the default to print")
+    parser.add_argument(
+        "--parts",
+        default="recall,harder,tokens,memory",
+        help="comma-separated parts to run (default: all; --quick skips harder)",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, default=HERE / ".cache", help="where the bfcl-eval wheel goes"
     )
@@ -411,12 +370,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         wanted = args.indexes.split(",")
         factories = {name: f for name, f in factories.items() if name in wanted}
 
-    print(f"\n{len(questions)} questions, {len(tools)} distinct functions in one session")
-    results = {name: measure(name, f, questions, tools) for name, f in factories.items()}
-    print(recall_table(results))
-    targets(results, args.misses)
+    parts = set(args.parts.split(","))
+    if "recall" in parts:
+        print(f"\n{len(questions)} questions, {len(tools)} distinct functions in one session")
+        results = {name: measure(name, f, questions, tools) for name, f in factories.items()}
+        print(recall_table(results))
+        targets(results, args.misses)
 
-    if not args.quick:
+    if "harder" in parts and not args.quick:
         _, more = data.load(path, distractors=True)
         print(
             f"\nharder: the same questions, {len(more)} functions in one session (adding those "
@@ -426,13 +387,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(recall_table(harder))
         targets(harder, 0)
 
+    if "tokens" in parts:
+        tokens_part(questions, tools, args.seed)
+    if "memory" in parts:
+        memory_part(args, "embedding" in factories)
+
+
+def tokens_part(
+    questions: Sequence[data.Question], tools: Sequence[ToolReference], seed: int
+) -> None:
     print("\ntokens: all definitions vs the search tool + the 5 returned (bm25), mean per question")
-    source = "ToolSearch's" if tool_search_class() else "a stand-in (ToolSearch not found)"
     cost = O200kCounter().count(json.dumps(search_tool(), ensure_ascii=False))
-    print(f"search tool definition: {source}, {cost} tokens")
+    print(f"search tool definition (ToolSearch's, OpenAI shape): {cost} tokens")
     rows = []
     for size in CATALOGUE_SIZES:
-        t = tokens_saved(questions, tools, size, args.seed)
+        t = tokens_saved(questions, tools, size, seed)
         rows.append(
             [
                 size,
@@ -444,17 +413,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     print(table(["tools", "all tokens", "search tokens", "saved", "recall@5"], rows))
 
+
+def memory_part(args: argparse.Namespace, embeddings: bool) -> None:
     if args.sessions is None:
         args.sessions = 1_000 if args.quick else 10_000
     bound = 100 if args.quick else 1_000
     print(f"\nmemory: {args.sessions:,} sessions x 50 tools, each run in a fresh process")
-    kinds = ["bm25"] + (["embedding"] if "embedding" in factories and not args.quick else [])
+    kinds = ["bm25"] + (["embedding"] if embeddings and not args.quick else [])
     rows = []
-    via = ""
     for kind in kinds:
         for label, b in (("no bound", 0), (f"LRU {bound:,}", bound)):
             m = memory(args, kind, b)
-            via = str(m["via"])
             rows.append(
                 [
                     f"{kind}, {label}",
@@ -464,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ]
             )
     print(table(["index, bound", "RSS delta MiB", "indexes held", "seconds"], rows))
-    print(f"(sessions prepared via {via})")
+    print("(each session prepared with ToolSearch(index, eviction=...).prepare)")
 
 
 if __name__ == "__main__":

@@ -86,17 +86,15 @@ def _is_punctuation(ch: str) -> bool:
     return unicodedata.category(ch).startswith("P")
 
 
+# The CJK Unified Ideographs blocks, as BERT's tokenizer lists them.
+_CJK = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)  # fmt: skip
+
+
 def _is_cjk(cp: int) -> bool:
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B73F
-        or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
+    return any(lo <= cp <= hi for lo, hi in _CJK)
 
 
 class WordPieceTokenizer:
@@ -262,6 +260,9 @@ class MiniLmEmbedder:
         self._lock = threading.Lock()
 
     def _load(self) -> tuple[Any, WordPieceTokenizer]:
+        session, tokenizer = self._session, self._tokenizer
+        if session is not None and tokenizer is not None:
+            return session, tokenizer
         with self._lock:
             if self._session is None or self._tokenizer is None:
                 options = self._ort.SessionOptions()
