@@ -10,8 +10,7 @@ covered history. The schema lives in its own PostgreSQL schema: see `postgres_sc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -235,6 +234,46 @@ class _Batch:
         )
 
 
+class _Borrowed:
+    """`with store._conn(doing) as conn:` borrows a connection from the pool and gives it back.
+
+    Lost connections and pool timeouts become `StoreError` naming what was being done.
+    """
+
+    __slots__ = ("conn", "doing", "store")
+
+    def __init__(self, store: PostgresStore, doing: str) -> None:
+        self.store = store
+        self.doing = doing
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        store = self.store
+        if store._closed:
+            raise StoreError(f"the PostgresStore on schema {store.schema!r} is closed")
+        try:
+            self.conn = store._pool.getconn(store._timeout)
+        except PoolTimeout as exc:
+            raise StoreError(
+                f"no PostgreSQL connection free or possible within {store._timeout:g}s while "
+                f"{self.doing}: check the server, or raise pool_max"
+            ) from exc
+        return self.conn
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.store._pool.putconn(self.conn)  # a broken connection is discarded by the pool
+        if isinstance(exc, psycopg.OperationalError):
+            raise StoreError(
+                f"PostgreSQL connection lost or refused while {self.doing}: {_first_line(exc)}. "
+                "A write may or may not have been committed; retrying it with the same event "
+                "ids is safe (appends skip ids already stored)"
+            ) from exc
+        if isinstance(exc, pgerrors.UntranslatableCharacter):
+            raise InvalidInput(
+                f"PostgreSQL cannot store this text while {self.doing} (jsonb refuses the "
+                f"character U+0000): {_first_line(exc)}"
+            ) from exc
+
+
 class PostgresStore:
     """Sessions in PostgreSQL; safe across threads, processes and machines.
 
@@ -336,29 +375,9 @@ class PostgresStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _conn(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
-        if self._closed:
-            raise StoreError(f"the PostgresStore on schema {self.schema!r} is closed")
-        try:
-            with self._pool.connection(timeout=self._timeout) as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise StoreError(
-                f"no PostgreSQL connection free or possible within {self._timeout:g}s while "
-                f"{doing}: check the server, or raise pool_max"
-            ) from exc
-        except psycopg.OperationalError as exc:
-            raise StoreError(
-                f"PostgreSQL connection lost or refused while {doing}: {_first_line(exc)}. "
-                "A write may or may not have been committed; retrying it with the same event "
-                "ids is safe (appends skip ids already stored)"
-            ) from exc
-        except pgerrors.UntranslatableCharacter as exc:
-            raise InvalidInput(
-                f"PostgreSQL cannot store this text while {doing} (jsonb refuses the character "
-                f"U+0000): {_first_line(exc)}"
-            ) from exc
+    def _conn(self, doing: str) -> _Borrowed:
+        """A pooled connection for one operation; errors become turnlog errors."""
+        return _Borrowed(self, doing)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -517,7 +536,10 @@ class PostgresStore:
             raise SessionNotFound(session_id)
         if rows[0][0] is None:
             return []
-        return apply_filter([_event(session_id, r) for r in rows], flt)
+        events = [_event(session_id, r) for r in rows]
+        if flt.roles is None and not flt.exclude_synthetic and flt.last_n is None:
+            return events  # the types, if any, were filtered by the query
+        return apply_filter(events, flt)
 
     def version(self, session_id: str) -> int:
         with self._conn(f"reading session {session_id!r}") as conn:
