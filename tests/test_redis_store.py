@@ -190,6 +190,15 @@ class RedisChecks:
         owner = store.client.get(store._keys.event("x1"))
         assert owner.startswith(b"b\x00")
 
+    def test_a_batch_met_by_many_dead_claims_lands(self, store):
+        store.create_session(Session("b", now()))
+        events = [
+            SessionEvent.for_message("b", Message.user(f"{i}"), event_id=f"d{i}") for i in range(60)
+        ]
+        for e in events:
+            store.client.set(store._keys.event(e.id), b"gone\x00" + b"%016d" % 7)
+        assert store.append_events("b", events, 0) == 60
+
     def test_a_claim_of_a_live_session_is_respected(self, store):
         store.create_session(Session("a", now()))
         store.create_session(Session("b", now()))

@@ -107,11 +107,18 @@ class _Keys:
         self.prefix = prefix
         self.created = f"{prefix}:{{:idx}}:c"  # ':' never survives escaping: no session has it
         self.expiry = f"{prefix}:{{:idx}}:x"
+        self._sessions: dict[str, list[str]] = {}
 
     def session(self, session_id: str) -> list[str]:
         """The session hash, events, ids, reserved ids, index keys: one hash tag."""
-        base = f"{self.prefix}:{{{quote(session_id, safe='')}}}:"
-        return [base + suffix for suffix in ("s", "e", "i", "r", "k")]
+        keys = self._sessions.get(session_id)
+        if keys is None:
+            base = f"{self.prefix}:{{{quote(session_id, safe='')}}}:"
+            keys = [base + suffix for suffix in ("s", "e", "i", "r", "k")]
+            if len(self._sessions) >= 4096:
+                self._sessions.clear()
+            self._sessions[session_id] = keys
+        return keys
 
     def event(self, event_id: str) -> str:
         return f"{self.prefix}:id:{quote(event_id, safe='')}"
@@ -530,7 +537,7 @@ class RedisStore:
                     "append", keys_all, [expected, "", session_id, "1", *fixed, *args, *required]
                 )
                 if reply[0] == b"foreign":
-                    self._claim_back(reply[1], reply[2], session_id)
+                    self._clear_claims(session_id, batch)
                     continue
             else:
                 inc = self._incarnation(session_id)
@@ -621,29 +628,35 @@ class RedisStore:
         fresh: list[str] = []
         todo = [e.id for e in batch]
         for _ in range(_ATTEMPTS):
-            replies = self._pipeline(
-                [("SET", self._keys.event(i), owner, "NX", "GET") for i in todo], get=True
-            )
-            again = []
+            if len(todo) == 1:  # the common case: one message, one command
+                replies = [self._client.set(self._keys.event(todo[0]), owner, nx=True, get=True)]
+            else:
+                replies = self._pipeline(
+                    [("SET", self._keys.event(i), owner, "NX", "GET") for i in todo], get=True
+                )
+            again: list[str] = []
+            dead: list[tuple[str, bytes]] = []
             for event_id, old in zip(todo, replies, strict=True):
                 if old is None:
                     fresh.append(event_id)
                 elif old != owner:
                     if self._live(old):
-                        self._park(session_id, batch, fresh)
+                        self._park(session_id, fresh)
                         raise InvalidInput(
                             f"event id {event_id!r} belongs to another session; ids are unique "
                             "across sessions"
                         )
-                    self._release([(self._keys.event(event_id), old)])
+                    dead.append((self._keys.event(event_id), old))
                     again.append(event_id)
             if not again:
                 return fresh
+            self._release(dead)
             todo = again
         raise StoreError("event ids kept changing hands while they were being claimed; retry")
 
-    def _park(self, session_id: str, batch: list[SessionEvent], fresh: list[str]) -> None:
-        """Record this attempt's claims in the session (so deleting it frees them)."""
+    def _park(self, session_id: str, fresh: list[str]) -> None:
+        """Record this attempt's claims in the session, so that deleting it frees them: the
+        append script does that when it refuses a batch (r = -1), before writing anything."""
         if fresh:
             inc = self._incarnation(session_id)
             self._run(
@@ -667,14 +680,29 @@ class RedisStore:
         inc = self._client.hget(self._keys.session(pair[0])[0], "inc")
         return inc is not None and inc.decode() == pair[1]
 
-    def _claim_back(self, event_id: bytes, owner: bytes, session_id: str) -> None:
-        """Standalone: the append met a claim of another session. Dead: release it; else refuse."""
-        if self._live(owner):
-            raise InvalidInput(
-                f"event id {event_id.decode('utf-8', 'replace')!r} belongs to another session; "
-                "ids are unique across sessions"
-            )
-        self._release([(self._keys.event(event_id.decode("utf-8")), owner)])
+    def _clear_claims(self, session_id: str, batch: list[SessionEvent]) -> None:
+        """Standalone: the append met claims it does not own. Release those of dead
+        incarnations; refuse those of other live sessions.
+
+        Raises:
+            InvalidInput: an id is claimed by another live session.
+        """
+        keys = [self._keys.event(e.id) for e in batch]
+        owners = self._pipeline([("GET", k) for k in keys])
+        dead, live = [], {}
+        for event, key, owner in zip(batch, keys, owners, strict=True):
+            if owner is None:
+                continue
+            if owner not in live:
+                live[owner] = self._live(owner)
+            if not live[owner]:
+                dead.append((key, owner))
+            elif not owner.startswith(session_id.encode("utf-8") + b"\x00"):
+                raise InvalidInput(
+                    f"event id {event.id!r} belongs to another session; ids are unique across "
+                    "sessions"
+                )
+        self._release(dead)
 
     # -- reads --------------------------------------------------------------------------------
 
