@@ -4,14 +4,18 @@ claims in other slots, the incarnation fence)."""
 
 from __future__ import annotations
 
+import random
+import threading
+import time
 import uuid
 from datetime import UTC, datetime
 
 import pytest
+import redis
 
 from redis_cluster import RedisCluster, ServerUnavailable, binaries, skip_or_fail
 from test_redis_store import RedisChecks, purge, turn
-from turnlog import InvalidInput, Message, Session, SessionEvent, VersionConflict
+from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
 from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import StoreContract
 
@@ -107,3 +111,98 @@ class TestClusterOnly(_OnCluster):
             with RedisClusterStore(owner.client, prefix=self.prefix) as borrowed:
                 borrowed.create_session(Session("a", datetime.now(UTC)))
             assert owner.find_session("a") is not None  # the borrowed store left it open
+
+    def test_connections_killed_mid_write_lose_and_double_nothing(self, store):
+        """CLIENT KILL of every client on the session's node while a large batch is in flight.
+        A kill during the claims is retried by redis-py's cluster pipeline (claims are
+        idempotent); a kill during or after the script surfaces as StoreError. Either way the
+        batch is whole or absent, and a retry of the same ids appends it exactly once."""
+        store.create_session(Session("s", datetime.now(UTC)))
+        node = store.client.nodes_manager.get_node_from_slot(
+            store.client.cluster_keyslot(store._keys.session("s")[0])
+        )
+        admin = redis.Redis(host=node.host, port=node.port)
+        rng = random.Random(3)
+        outcomes = {"ok": 0, "StoreError": 0}
+        try:
+            for round_ in range(6):
+                version = store.version("s")
+                text = "x" * 200
+                batch = [
+                    SessionEvent.for_message("s", Message.user(text), event_id=f"r{round_}-{i}")
+                    for i in range(3000)
+                ]
+                errors: list[BaseException] = []
+
+                def write(batch=batch, version=version, errors=errors) -> None:
+                    try:
+                        store.append_events("s", batch, version)
+                    except BaseException as exc:
+                        errors.append(exc)
+
+                writer = threading.Thread(target=write)
+                writer.start()
+                time.sleep(rng.uniform(0.005, 0.2))
+                admin.client_kill_filter(_type="normal", skipme=True)
+                writer.join(30)
+                assert all(isinstance(e, StoreError) for e in errors), errors
+                outcomes["StoreError" if errors else "ok"] += 1
+                assert store.version("s") in (version, version + 3000)
+                assert store.append_events("s", batch, version) == version + 3000
+            log = store.events("s")
+            assert len(log) == 18_000 and len({e.id for e in log}) == 18_000
+        finally:
+            admin.close()
+        print(f"killed appends: {outcomes}")
+
+    def test_a_connection_killed_during_the_script_raises_store_error(self, store):
+        """The claims are made, then the node pauses writes: the script waits on the server,
+        its connection is killed, the append raises StoreError and wrote nothing; a retry of
+        the same ids appends them once."""
+        store.create_session(Session("s", datetime.now(UTC)))
+        node = store.client.nodes_manager.get_node_from_slot(
+            store.client.cluster_keyslot(store._keys.session("s")[0])
+        )
+        admin = redis.Redis(host=node.host, port=node.port)
+
+        class PausingAfterClaims(RedisClusterStore):
+            def _reserve(self, *args, **kwargs):
+                fresh = super()._reserve(*args, **kwargs)
+                admin.client_pause(5000, all=False)
+                return fresh
+
+        batch = [
+            SessionEvent.for_message("s", Message.user(f"{i}"), event_id=f"p{i}")
+            for i in range(200)
+        ]
+        errors: list[BaseException] = []
+        pausing = PausingAfterClaims(self.url, prefix=self.prefix)
+
+        def write() -> None:
+            try:
+                pausing.append_events("s", batch, 0)
+            except BaseException as exc:
+                errors.append(exc)
+
+        try:
+            writer = threading.Thread(target=write)
+            writer.start()
+            deadline = time.monotonic() + 5
+            blocked: list[dict] = []
+            while not blocked and time.monotonic() < deadline:
+                time.sleep(0.01)
+                clients = admin.client_list()
+                blocked = [c for c in clients if c["cmd"] == "evalsha" and "b" in c["flags"]]
+            assert blocked, "the script never reached the server"
+            admin.client_kill_filter(_id=blocked[0]["id"])
+            writer.join(10)
+        finally:
+            admin.client_unpause()
+            admin.close()
+            pausing.close()
+        assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+        assert "lost the connection" in str(errors[0])
+        assert store.version("s") == 0
+        assert store.append_events("s", batch, 0) == 200
+        assert store.append_events("s", batch, 0) == 200
+        assert [e.id for e in store.events("s")] == [e.id for e in batch]

@@ -421,7 +421,11 @@ class TestLostConnections:
                 writer.start()
                 deadline = time.monotonic() + 5
                 while time.monotonic() < deadline:
-                    blocked = [c for c in admin.client_list() if c["cmd"] == "evalsha"]
+                    blocked = [
+                        c
+                        for c in admin.client_list()
+                        if c["cmd"] == "evalsha" and "b" in c["flags"]
+                    ]
                     if blocked:
                         break
                     time.sleep(0.01)
