@@ -95,11 +95,11 @@ class _Queries:
         )
         return cls(
             append=q(
-                "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
+                "SELECT * FROM {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
                 "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
             ),
             append_one=q(
-                "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
+                "SELECT * FROM {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
                 "%s::boolean, %s::bytea)"
             ),
             check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
@@ -472,10 +472,10 @@ class PostgresStore:
         Returns the new version, and the time stamped on events without one (None when
         nothing was written: every event was stored already).
 
-        The fast path is one call of the append function. When it declines or a unique key
-        rejects it, `append_check` says why: another writer won (VersionConflict), ids already
-        stored (skipped, as a retry must be), an id of another session, a boundary naming
-        unknown events, or a race that is over (try again).
+        One call of an append function. When it cannot append it says why, as `append_check`
+        does (the client calls that one itself when a unique key rejected the insert): another
+        writer won (VersionConflict), ids already stored (skipped, as a retry must be), an id
+        of another session, a boundary naming unknown events, or a race that is over (again).
         """
         if not events:
             return self.version(session_id), None
@@ -484,19 +484,18 @@ class PostgresStore:
         with self._conn(f"appending to session {session_id!r}") as conn:
             for _ in range(_MAX_ATTEMPTS):
                 try:
-                    new = conn.execute(*batch.call(self._q, session_id, expected)).fetchone()
+                    found = conn.execute(*batch.call(self._q, session_id, expected)).fetchone()
                 except psycopg.DatabaseError as exc:
                     if exc.sqlstate not in _RETRYABLE:
                         raise
-                    new = None
-                if new is not None and new[0] is not None:
-                    return int(new[0]), now
-                found = conn.execute(
-                    self._q.check, (session_id, expected, batch.ids, batch.required)
-                ).fetchone()
-                if found is None:  # pragma: no cover - the function always returns a row
-                    raise StoreError("append_check returned nothing")
+                    found = conn.execute(
+                        self._q.check, (session_id, expected, batch.ids, batch.required)
+                    ).fetchone()
+                if found is None:  # pragma: no cover - the functions always return a row
+                    raise StoreError("the append functions returned nothing")
                 status, version, detail = found
+                if status == "ok":
+                    return int(version), now
                 if status == "not_found":
                     raise SessionNotFound(session_id)
                 if status == "foreign":
