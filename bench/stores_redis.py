@@ -3,18 +3,19 @@ WATCH/MULTI, view and log reads.
 
 Appends: `append_events(session, [event], version)`, one message per call with the version it
 expects, against two bare redis-py loops doing the same writes with no checks, on the same server
-(so the same persistence settings, printed): per append `HSET` record, `HSET` id -> seq, `SET`
-event-id key, `HSET` version, either in one `MULTI`/`EXEC` or in one EVALSHA of a script that
-only writes; the ratio is against the faster of the two. One round trip each, as the store's one
-EVALSHA. On the cluster the event-id key lives in another slot, so every side takes two round
-trips: the store claims the id (`SET NX GET`) and runs its script; the bare loops run `SET NX`
-and then the three session-slot writes. Records are precomputed for the bare loops; the store
-encodes its own. One writer on one session, and 8 writer threads on 8 sessions. Contenders run
-interleaved in rounds, shuffled each round; the tables give medians.
+(so the same persistence settings, printed): per append one `HSET` of the record, the id -> seq
+field and the version into the session hash, and a `SET` of the event-id key, either in one
+`MULTI`/`EXEC` or in one EVALSHA of a script that only writes; the ratio is against the faster of
+the two. One round trip each, as the store's one EVALSHA. On the cluster the event-id key lives in
+another slot, so every side takes two round trips: the store claims the id (`SET NX GET`) and
+runs its script; the bare loops run `SET NX` and then the session-slot `HSET`. Records are
+precomputed for the bare loops; the store encodes its own. One writer on one session, and 8
+writer threads on 8 sessions. Contenders run interleaved in rounds, shuffled each round; the
+tables give medians.
 
 Also on Redis: the store's Lua append against a version-checked WATCH/MULTI append doing the same
-checks (version, id already stored, id of another session) and writes: `WATCH`, the three reads
-in one pipeline, then `MULTI`/`EXEC` (three round trips instead of one).
+checks (version, id already stored, id of another session) and writes: `WATCH`, the reads in one
+pipeline, then `MULTI`/`EXEC` (three round trips instead of one).
 
 Targets (issue 3): store appends/s / bare appends/s >= 0.7, for 1 writer and for 8 writers;
 median(view read, 100,000 covered) / median(view read, 100 covered) <= 1.5.
@@ -106,10 +107,8 @@ def store_writer(store: RedisStore, session: str, events: list[SessionEvent]) ->
 
 
 BARE_SCRIPT = """
-for i = 4, #KEYS do redis.call('SET', KEYS[i], ARGV[1]) end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[4], 'M' .. ARGV[2])
-redis.call('HSET', KEYS[1], 'v', ARGV[2])
+if #KEYS > 1 then redis.call('SET', KEYS[2], ARGV[1]) end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], '#' .. ARGV[4], 'M' .. ARGV[2], 'v', ARGV[2])
 """
 
 
@@ -119,7 +118,7 @@ def bare_writer(
     """The same writes as the store's append, without its checks: one `MULTI`/`EXEC`, or one
     EVALSHA of a script that only writes (`how`). On a cluster the event-id key is set first
     (`SET NX`): it lives in another slot."""
-    meta, ev, ids = keys.session(session)[:3]
+    state = keys.session(session)[0]
     now = to_micros(datetime.now(UTC))
     rows = [(e.id, keys.event(e.id), record(e, now)) for e in events]
     owner = session.encode() + b"\x00bench"
@@ -132,14 +131,12 @@ def bare_writer(
                 client.set(id_key, owner, nx=True)
             if how == "evalsha":
                 more = [] if cluster else [id_key]
-                script(keys=[meta, ev, ids, *more], args=[owner, seq, body, event_id])
+                script(keys=[state, *more], args=[owner, seq, body, event_id])
                 continue
             pipe = client.pipeline(transaction=True)
             if not cluster:
                 pipe.set(id_key, owner)
-            pipe.hset(ev, str(seq), body)
-            pipe.hset(ids, event_id, f"M{seq}")
-            pipe.hset(meta, "v", seq)
+            pipe.hset(state, mapping={seq: body, f"#{event_id}": f"M{seq}", "v": seq})
             pipe.execute()
         cur.at += n
 
@@ -148,7 +145,7 @@ def bare_writer(
 
 def watch_writer(client: Any, keys: Any, session: str, events: list[SessionEvent]) -> Any:
     """A version-checked append by WATCH/MULTI: the store's checks and writes, no Lua."""
-    meta, ev, ids = keys.session(session)[:3]
+    state = keys.session(session)[0]
     owner = session.encode() + b"\x00bench"
     cur = Cursor()
 
@@ -158,18 +155,16 @@ def watch_writer(client: Any, keys: Any, session: str, events: list[SessionEvent
             id_key = keys.event(event.id)
             body = record(event, now)
             with client.pipeline(transaction=True) as pipe:
-                pipe.watch(meta, id_key)
+                pipe.watch(state, id_key)
                 reads = client.pipeline(transaction=False)  # another connection, one trip
-                reads.hget(meta, "v").hexists(ids, event.id).get(id_key)
-                version, stored, claim = reads.execute()
-                assert int(version or 0) == cur.version and not stored
+                reads.hmget(state, "v", f"#{event.id}").get(id_key)
+                (version, stored), claim = reads.execute()
+                assert int(version or 0) == cur.version and stored is None
                 assert claim in (None, owner)
                 seq = cur.version + 1
                 pipe.multi()
-                pipe.hset(ev, str(seq), body)
-                pipe.hset(ids, event.id, f"M{seq}")
+                pipe.hset(state, mapping={seq: body, f"#{event.id}": f"M{seq}", "v": seq})
                 pipe.set(id_key, owner)
-                pipe.hset(meta, "v", seq)
                 pipe.execute()
             cur.version = seq
         cur.at += n
@@ -333,7 +328,7 @@ def whole_log(
         version = store.append_events(
             session, message_events(session, talk, 1_000, id_prefix=f"whole{start}"), version
         )
-    ev = store._keys.session(session)[1]
+    ev = store._keys.session(session)[0]
 
     def read_store() -> int:
         assert len(store.events(session)) == size

@@ -110,11 +110,11 @@ class _Keys:
         self._sessions: dict[str, list[str]] = {}
 
     def session(self, session_id: str) -> list[str]:
-        """The session hash, events, ids, reserved ids, index keys: one hash tag."""
+        """The session hash (state, records, ids), its failed claims, its index keys: one tag."""
         keys = self._sessions.get(session_id)
         if keys is None:
             base = f"{self.prefix}:{{{quote(session_id, safe='')}}}:"
-            keys = [base + suffix for suffix in ("s", "e", "i", "r", "k")]
+            keys = [base + suffix for suffix in ("s", "r", "k")]
             if len(self._sessions) >= 4096:
                 self._sessions.clear()
             self._sessions[session_id] = keys
@@ -528,13 +528,15 @@ class RedisStore:
         """
         now = self._clock()
         args, required, invalid = self._batch_args(session_id, batch, to_micros(now))
-        keys = self._keys.session(session_id)[:4]
+        keys = self._keys.session(session_id)[:2]
+        idkeys = [] if self._cluster else [self._keys.event(e.id) for e in batch]
         fixed = [len(batch), -1 if invalid else len(required)]
         for _ in range(_ATTEMPTS):
             if not self._cluster:
-                keys_all = keys + [self._keys.event(e.id) for e in batch]
                 reply = self._run(
-                    "append", keys_all, [expected, "", session_id, "1", *fixed, *args, *required]
+                    "append",
+                    keys + idkeys,
+                    [expected, "", session_id, "1", *fixed, *args, *required],
                 )
                 if reply[0] == b"foreign":
                     self._clear_claims(session_id, batch)
@@ -661,7 +663,7 @@ class RedisStore:
             inc = self._incarnation(session_id)
             self._run(
                 "append",
-                self._keys.session(session_id)[:4],
+                self._keys.session(session_id)[:2],
                 [
                     -1,
                     inc,
@@ -765,7 +767,7 @@ class RedisStore:
     def _log(self, session_id: str, first: int, last: int | None = None) -> list[bytes | None]:
         """Records `first`..`last` (the end of the log by default), read in chunks of one
         incarnation: records never change, so the chunks make one consistent snapshot."""
-        keys = self._keys.session(session_id)[:2]
+        keys = self._keys.session(session_id)[:1]
         for _ in range(_ATTEMPTS):
             hi = first + _CHUNK - 1 if last is None else min(last, first + _CHUNK - 1)
             reply = self._run("range", keys, [first, hi])
@@ -784,7 +786,7 @@ class RedisStore:
         raise StoreError(f"session {session_id!r} kept changing while it was being read; retry")
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
-        ref = self._client.hget(self._keys.session(session_id)[2], event_id)
+        ref = self._client.hget(self._keys.session(session_id)[0], "#" + event_id)
         if ref is None:
             return None
         seq = int(ref[1:])
@@ -799,7 +801,7 @@ class RedisStore:
 
     @_guarded
     def view(self, session_id: str) -> list[SessionEvent]:
-        reply = self._run("view", self._keys.session(session_id)[:2], [])
+        reply = self._run("view", self._keys.session(session_id)[:1], [])
         if not reply:
             raise SessionNotFound(session_id)
         version, boundary_seq, records = int(reply[0]), int(reply[1]), reply[3:]

@@ -1,16 +1,16 @@
 -- The Lua scripts of RedisStore / RedisClusterStore. Each script starts at a line
 -- "--! name" and runs to the next one; redis.py loads them by name (EVALSHA, reloaded on NOSCRIPT).
 --
--- A session's own keys share one hash tag, so every script below touches one slot (the append
+-- A session's keys share one hash tag, so every script below touches one slot (the append
 -- script of a standalone store also touches the event-id keys, which is fine on one node):
---   KEYS[1] <p>:{<sid>}:s  hash: inc (incarnation), c (created, us), x (expires, us or ''),
---                          md (metadata JSON), v (version), b (newest boundary seq, 0 = none),
---                          bv (seqs before b the boundary names, comma-separated),
---                          kx (key expiry, unix ms, or '')
---   KEYS[2] <p>:{<sid>}:e  hash: seq -> record (a JSON header line, then the codec body)
---   KEYS[3] <p>:{<sid>}:i  hash: event id -> kind .. seq (kind M message, C compaction, E other)
---   KEYS[4] <p>:{<sid>}:r  set: event ids reserved for this session whose append failed (cluster)
---   KEYS[5] <p>:{<sid>}:k  set: index keys this incarnation was added to
+--   KEYS[1] <p>:{<sid>}:s  hash, three kinds of fields that cannot collide:
+--       inc (incarnation), c (created, us), x (expires, us or ''), md (metadata JSON),
+--       v (version), b (newest boundary seq, 0 = none), bv (seqs before b that the boundary
+--       names, comma-separated), kx (key expiry, unix ms, or '');
+--       <seq> (decimal) -> record: a JSON header line, then the codec body;
+--       #<event id> -> kind .. seq (kind M message, C compaction, E other).
+--   KEYS[2] <p>:{<sid>}:r  set: event ids claimed for this session by failed appends (cluster)
+--   KEYS[3] <p>:{<sid>}:k  set: the index keys this incarnation was added to
 
 --! save
 -- Create or update a session.
@@ -32,7 +32,7 @@ else
   redis.call('HSET', KEYS[1], 'inc', cur, 'c', ARGV[4], 'x', ARGV[5], 'md', ARGV[6],
     'v', '0', 'b', '0', 'bv', '')
 end
-for i = 9, #ARGV do redis.call('SADD', KEYS[5], ARGV[i]) end
+for i = 9, #ARGV do redis.call('SADD', KEYS[3], ARGV[i]) end
 local kx = ''
 if ARGV[7] ~= '' and ARGV[8] ~= '' then
   local t = redis.call('TIME')
@@ -40,7 +40,7 @@ if ARGV[7] ~= '' and ARGV[8] ~= '' then
   kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
 end
 redis.call('HSET', KEYS[1], 'kx', kx)
-for i = 1, 5 do
+for i = 1, 3 do
   if kx == '' then redis.call('PERSIST', KEYS[i]) else redis.call('PEXPIREAT', KEYS[i], kx) end
 end
 return {'ok', cur}
@@ -55,18 +55,21 @@ if ARGV[2] ~= '' and m[1] ~= ARGV[2] then return {'changed'} end
 if ARGV[1] ~= '' and (m[2] == '' or tonumber(m[2]) > tonumber(ARGV[1])) then
   return {'kept', m[2]}
 end
-local ids = redis.call('HKEYS', KEYS[3])
-local reserved = redis.call('SMEMBERS', KEYS[4])
-local indexed = redis.call('SMEMBERS', KEYS[5])
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local ids = {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.byte(field, 1) == 35 then ids[#ids + 1] = string.sub(field, 2) end -- '#'
+end
+local reserved = redis.call('SMEMBERS', KEYS[2])
+local indexed = redis.call('SMEMBERS', KEYS[3])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 return {'deleted', m[1], ids, reserved, indexed}
 
 --! append
 -- The version-checked, all-or-nothing append of a batch.
 -- ARGV[1] expected version (-1: append at the end, whatever the version)
--- ARGV[2] the incarnation the caller reserved ids for ('' on a standalone store: not checked)
+-- ARGV[2] the incarnation the caller claimed ids for ('' on a standalone store: not checked)
 -- ARGV[3] the session id (an event-id key holds session id .. NUL .. incarnation)
--- ARGV[4] '1' when KEYS[5 + i] is the event-id key of event i (standalone), '0' (cluster)
+-- ARGV[4] '1' when KEYS[2 + i] is the event-id key of event i (standalone), '0' (cluster)
 -- ARGV[5] n, the number of events
 -- ARGV[6] r, the number of ids a boundary names that must be message events of the log;
 --         -1 when the batch is invalid (check versions and retries only, then refuse)
@@ -74,33 +77,51 @@ return {'deleted', m[1], ids, reserved, indexed}
 -- then r ids.
 -- Returns {'ok', version, appended} | {'nosession'} | {'changed'} | {'foreign', id, owner}
 --       | {'conflict', version} | {'unknown', id} | {'invalid'}
-local meta, ev, ids, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local st = redis.call('HMGET', meta, 'inc', 'v', 'kx')
-local inc = st[1]
-if not inc then return {'nosession'} end
-if ARGV[2] ~= '' and ARGV[2] ~= inc then return {'changed'} end
-local ver = tonumber(st[2])
-local owner = ARGV[3] .. '\0' .. inc
+local s, reserved = KEYS[1], KEYS[2]
 local idkeys = ARGV[4] == '1'
 local n, r = tonumber(ARGV[5]), tonumber(ARGV[6])
+local events = {}
 local at = 7
-local fresh = {}
 for i = 1, n do
-  local id, kind, rec, k = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local named = {}
-  for j = 1, k do named[j] = ARGV[at + 3 + j] end
+  local k = tonumber(ARGV[at + 3])
+  events[i] = {i, ARGV[at], ARGV[at + 1], ARGV[at + 2], at + 3, k}
   at = at + 4 + k
-  if redis.call('HEXISTS', ids, id) == 0 then
-    if idkeys then
-      local o = redis.call('GET', KEYS[4 + i])
-      if o and o ~= owner then return {'foreign', id, o} end
+end
+
+-- The session's state and which ids it holds: one HMGET (and one more per 1000 events).
+local fresh = {}
+local st
+for i = 1, math.max(n, 1), 1000 do
+  local fields = {}
+  if i == 1 then fields = {'inc', 'v', 'kx'} end
+  local skip = #fields
+  for j = i, math.min(i + 999, n) do fields[#fields + 1] = '#' .. events[j][2] end
+  local got = redis.call('HMGET', s, unpack(fields))
+  if i == 1 then
+    st = got
+    if not st[1] then return {'nosession'} end
+    if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return {'changed'} end
+  end
+  for j = i, math.min(i + 999, n) do
+    if not got[skip + j - i + 1] then fresh[#fresh + 1] = events[j] end
+  end
+end
+local ver = tonumber(st[2])
+local owner = ARGV[3] .. '\0' .. st[1]
+if idkeys then
+  for i = 1, #fresh, 1000 do
+    local keys = {}
+    for j = i, math.min(i + 999, #fresh) do keys[#keys + 1] = KEYS[2 + fresh[j][1]] end
+    local claims = redis.call('MGET', unpack(keys))
+    for j = i, math.min(i + 999, #fresh) do
+      local o = claims[j - i + 1]
+      if o and o ~= owner then return {'foreign', fresh[j][2], o} end
     end
-    fresh[#fresh + 1] = {i, id, kind, rec, named}
   end
 end
 if #fresh == 0 then return {'ok', ver, 0} end
 
-local function keep_reservations()
+local function keep_claims()
   if idkeys then return end
   for _, f in ipairs(fresh) do redis.call('SADD', reserved, f[2]) end
   if st[3] and st[3] ~= '' then redis.call('PEXPIREAT', reserved, st[3]) end
@@ -108,50 +129,68 @@ end
 
 local expected = tonumber(ARGV[1])
 if expected >= 0 and expected ~= ver then
-  keep_reservations()
+  keep_claims()
   return {'conflict', ver}
 end
 if r < 0 then
-  keep_reservations()
+  keep_claims()
   return {'invalid'}
 end
-for j = 0, r - 1 do
-  local s = redis.call('HGET', ids, ARGV[at + j])
-  if not s or string.sub(s, 1, 1) ~= 'M' then
-    keep_reservations()
-    return {'unknown', ARGV[at + j]}
+if r > 0 then
+  local fields = {}
+  for j = 0, r - 1 do fields[#fields + 1] = '#' .. ARGV[at + j] end
+  local refs = redis.call('HMGET', s, unpack(fields))
+  for j = 1, r do
+    if not refs[j] or string.sub(refs[j], 1, 1) ~= 'M' then
+      keep_claims()
+      return {'unknown', ARGV[at + j - 1]}
+    end
   end
 end
 
-local bseq, bnamed = nil, nil
-for j, f in ipairs(fresh) do
-  local seq = ver + j
-  redis.call('HSET', ev, seq, f[4])
-  redis.call('HSET', ids, f[2], f[3] .. seq)
-  if idkeys then redis.call('SET', KEYS[4 + f[1]], owner) end
-  if f[3] == 'C' then bseq, bnamed = seq, f[5] end
+-- The records, their ids and the new version: one HSET (and one MSET of the claims) per 1000.
+local last = nil -- the newest boundary of the batch
+local total = ver + #fresh
+for i = 1, #fresh, 1000 do
+  local pairs_, claims = {}, {}
+  for j = i, math.min(i + 999, #fresh) do
+    local f, seq = fresh[j], ver + j
+    pairs_[#pairs_ + 1] = seq
+    pairs_[#pairs_ + 1] = f[4]
+    pairs_[#pairs_ + 1] = '#' .. f[2]
+    pairs_[#pairs_ + 1] = f[3] .. seq
+    if idkeys then
+      claims[#claims + 1] = KEYS[2 + f[1]]
+      claims[#claims + 1] = owner
+    end
+    if f[3] == 'C' then last = {seq, f} end
+  end
+  if i + 1000 > #fresh then
+    pairs_[#pairs_ + 1] = 'v'
+    pairs_[#pairs_ + 1] = total
+  end
+  redis.call('HSET', s, unpack(pairs_))
+  if idkeys then redis.call('MSET', unpack(claims)) end
 end
-if bseq then
+if last then
+  local seq, f = last[1], last[2]
   local before = {}
-  for _, id in ipairs(bnamed) do
-    local s = redis.call('HGET', ids, id)
-    if s then
-      local q = tonumber(string.sub(s, 2))
-      if q < bseq then before[#before + 1] = q end
+  if f[6] > 0 then
+    local fields = {}
+    for j = 1, f[6] do fields[j] = '#' .. ARGV[f[5] + j] end
+    for _, ref in ipairs(redis.call('HMGET', s, unpack(fields))) do
+      if ref then
+        local q = tonumber(string.sub(ref, 2))
+        if q < seq then before[#before + 1] = q end
+      end
     end
   end
-  redis.call('HSET', meta, 'b', bseq, 'bv', table.concat(before, ','))
+  redis.call('HSET', s, 'b', seq, 'bv', table.concat(before, ','))
 end
-ver = ver + #fresh
-redis.call('HSET', meta, 'v', ver)
-if not idkeys then
+if not idkeys and redis.call('EXISTS', reserved) == 1 then
   for _, f in ipairs(fresh) do redis.call('SREM', reserved, f[2]) end
 end
-if st[3] and st[3] ~= '' then
-  redis.call('PEXPIREAT', ev, st[3])
-  redis.call('PEXPIREAT', ids, st[3])
-end
-return {'ok', ver, #fresh}
+return {'ok', total, #fresh}
 
 --! view
 -- The records the active view needs: those the newest boundary names (before it), the boundary
@@ -162,14 +201,14 @@ if not m[1] then return false end
 local ver, b = tonumber(m[2]), tonumber(m[3])
 local seqs = {}
 if b > 0 then
-  for s in string.gmatch(m[4], '%d+') do seqs[#seqs + 1] = s end
+  for q in string.gmatch(m[4], '%d+') do seqs[#seqs + 1] = q end
 end
-for s = math.max(b, 1), ver do seqs[#seqs + 1] = s end
+for q = math.max(b, 1), ver do seqs[#seqs + 1] = q end
 local out = {ver, b, m[4]}
 for i = 1, #seqs, 1000 do
   local chunk = {}
   for j = i, math.min(i + 999, #seqs) do chunk[#chunk + 1] = seqs[j] end
-  local got = redis.call('HMGET', KEYS[2], unpack(chunk))
+  local got = redis.call('HMGET', KEYS[1], unpack(chunk))
   for j = 1, #chunk do out[#out + 1] = got[j] end
 end
 return out
@@ -184,8 +223,8 @@ local out = {m[1], ver}
 local hi = math.min(tonumber(ARGV[2]), ver)
 for i = tonumber(ARGV[1]), hi, 1000 do
   local chunk = {}
-  for s = i, math.min(i + 999, hi) do chunk[#chunk + 1] = s end
-  local got = redis.call('HMGET', KEYS[2], unpack(chunk))
+  for q = i, math.min(i + 999, hi) do chunk[#chunk + 1] = q end
+  local got = redis.call('HMGET', KEYS[1], unpack(chunk))
   for j = 1, #chunk do out[#out + 1] = got[j] end
 end
 return out
