@@ -223,6 +223,8 @@ def memory_child(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     # The tool lists are built before the first measurement, so only the index is counted.
     lists = [rng.sample(tools, 50) for _ in range(args.sessions)]
+    if args.same_tools:
+        lists = [lists[0]] * args.sessions
     index: ToolIndex
     if args.memory_child == "embedding":
         from turnlog.toolsearch.embedding import EmbeddingToolIndex
@@ -246,12 +248,15 @@ def memory_child(args: argparse.Namespace) -> None:
     print(json.dumps({"delta": after - before, "seconds": elapsed, "sessions_held": held}))
 
 
-def memory(args: argparse.Namespace, kind: str, bound: int) -> dict[str, object]:
+def memory(
+    args: argparse.Namespace, kind: str, bound: int, *, same: bool = False
+) -> dict[str, object]:
     command = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--memory-child",
         kind,
+        *(["--same-tools"] if same else []),
         "--sessions",
         str(args.sessions),
         "--bound",
@@ -314,6 +319,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--bound", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--same-tools", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -414,6 +420,15 @@ def tokens_part(
     print(table(["tools", "all tokens", "search tokens", "saved", "recall@5"], rows))
 
 
+def memory_row(label: str, m: dict[str, object]) -> list[str]:
+    return [
+        label,
+        f"{int(str(m['delta'])) / 2**20:,.1f}",
+        f"{int(str(m['sessions_held'])):,}",
+        f"{float(str(m['seconds'])):.1f}",
+    ]
+
+
 def memory_part(args: argparse.Namespace, embeddings: bool) -> None:
     if args.sessions is None:
         args.sessions = 1_000 if args.quick else 10_000
@@ -423,15 +438,10 @@ def memory_part(args: argparse.Namespace, embeddings: bool) -> None:
     rows = []
     for kind in kinds:
         for label, b in (("no bound", 0), (f"LRU {bound:,}", bound)):
-            m = memory(args, kind, b)
-            rows.append(
-                [
-                    f"{kind}, {label}",
-                    f"{int(str(m['delta'])) / 2**20:,.1f}",
-                    f"{int(str(m['sessions_held'])):,}",
-                    f"{float(str(m['seconds'])):.1f}",
-                ]
-            )
+            rows.append(memory_row(f"{kind}, {label}", memory(args, kind, b)))
+    if embeddings and not args.quick:
+        m = memory(args, "embedding", 0, same=True)
+        rows.append(memory_row("embedding, no bound, one tool list for all", m))
     print(table(["index, bound", "RSS delta MiB", "indexes held", "seconds"], rows))
     print("(each session prepared with ToolSearch(index, eviction=...).prepare)")
 

@@ -189,12 +189,25 @@ def test_tool_texts_seen_before_are_not_embedded_again():
     assert index.size("c") == 2
 
 
-def test_without_a_cache_every_index_embeds():
+def test_sessions_with_the_same_tools_share_one_matrix():
     embedder = HashedWords()
     index = EmbeddingToolIndex(embedder, cache_size=0)
+    texts = {tool_text(t) for t in TOOLS}
+
+    def embedded() -> int:  # how many times tool texts were embedded (queries not counted)
+        return sum(1 for call in embedder.calls if call[0] in texts)
+
     index.index_tools("a", TOOLS)
     index.index_tools("b", TOOLS)
-    assert len(embedder.calls) == 2
+    assert embedded() == 1  # shared while a session holds it, cache or not
+    assert index.search("a", "email") == index.search("b", "email")
+    index.index_tools("c", TOOLS[:2])  # another list: its own matrix
+    assert embedded() == 2
+    index.clear("a")
+    assert [h.name for h in index.search("b", "email", max_results=1)] == ["sendEmail"]
+    index.clear("b")
+    index.index_tools("d", TOOLS)  # nobody holds it now and there is no cache: embedded again
+    assert embedded() == 3
     with pytest.raises(InvalidInput):
         EmbeddingToolIndex(embedder, cache_size=-1)
 
