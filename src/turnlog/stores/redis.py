@@ -16,6 +16,7 @@ the session on every read, so a crash between two steps never yields a wrong ans
 from __future__ import annotations
 
 import functools
+import hashlib
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -210,8 +211,8 @@ class RedisStore:
         self._clock = clock
         self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
         self._indexed = None if indexed_metadata is None else frozenset(indexed_metadata)
-        self._scripts = {
-            name: self._client.register_script(text) for name, text in _SCRIPTS.items()
+        self._shas = {
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()
         }
         self._incs: dict[str, str] = {}
         self._incs_lock = threading.Lock()
@@ -281,7 +282,14 @@ class RedisStore:
         return StoreError(f"Redis error on {self._where}: {exc}")
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return self._scripts[name](keys=keys, args=args)
+        """EVALSHA the script `name`; load it and run it again on NOSCRIPT (a restarted or
+        failed-over server, a SCRIPT FLUSH; on a cluster SCRIPT LOAD reaches every master)."""
+        sha = self._shas[name]
+        try:
+            return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self._client.script_load(_SCRIPTS[name])
+            return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
         """Run commands in pipelines of `_PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.
@@ -307,7 +315,7 @@ class RedisStore:
 
     def _release(self, claims: Iterable[tuple[str, bytes]]) -> None:
         """Delete each event-id key that still holds the given claim."""
-        sha = self._scripts["release"].sha
+        sha = self._shas["release"]
         self._pipeline([("EVALSHA", sha, 1, key, owner) for key, owner in claims])
 
     # -- sessions ---------------------------------------------------------------------------
