@@ -293,7 +293,7 @@ class RedisChecks:
     # -- metadata ---------------------------------------------------------------------------------
 
     def test_unindexed_metadata_keys_are_found_by_a_scan(self):
-        with self.new_store(indexed_metadata=("owner",)) as store:
+        with self.new_store(indexed_keys=("owner",)) as store:
             store.create_session(Session("a", now(), metadata={"owner": "x", "tier": 1}))
             store.create_session(Session("b", now(), metadata={"owner": "y", "tier": 2}))
             assert [s.id for s in store.find_by_metadata("tier", 2)] == ["b"]

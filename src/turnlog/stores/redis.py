@@ -168,9 +168,9 @@ class RedisStore:
             (counted from the last write when it was written already expired). `delete_expired`
             should run more often than that: it also cleans the session's index entries and
             event-id claims, which key expiry cannot reach. None: no key expiry at all.
-        indexed_metadata: the top-level metadata keys `find_by_metadata` finds through an index
-            (string, integer and boolean values); None indexes every key. Other keys are found
-            by a scan of all sessions.
+        indexed_keys: the top-level metadata keys `find_by_metadata` finds through an index
+            (string, integer and boolean values), as `PostgresStore` has them; None indexes
+            every key. Other keys are found by a scan of all sessions.
         timeout: socket timeout in seconds, for a store built from a URL.
         retries: how often redis-py retries a command after a connection error, for a store
             built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
@@ -190,7 +190,7 @@ class RedisStore:
         prefix: str = "turnlog",
         clock: Clock = utc_now,
         expiry_grace: timedelta | None = timedelta(days=1),
-        indexed_metadata: Iterable[str] | None = None,
+        indexed_keys: Iterable[str] | None = ("owner", "user_id", "principal"),
         timeout: float = 10.0,
         retries: int = 0,
     ) -> None:
@@ -210,7 +210,7 @@ class RedisStore:
         self._keys = _Keys(prefix)
         self._clock = clock
         self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
-        self._indexed = None if indexed_metadata is None else frozenset(indexed_metadata)
+        self._indexed = None if indexed_keys is None else frozenset(indexed_keys)
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()
         }
