@@ -10,6 +10,8 @@ covered history. The schema lives in its own PostgreSQL schema: see `postgres_sc
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -18,7 +20,7 @@ from typing import Any, Final
 try:
     import psycopg
     from psycopg import errors as pgerrors
-    from psycopg import sql
+    from psycopg import pq, sql
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -56,6 +58,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
 
 DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 50
+_KEEP_IDLE_SECONDS: Final = 60.0
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 _EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
 
@@ -95,11 +98,11 @@ class _Queries:
         )
         return cls(
             append=q(
-                "SELECT * FROM {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
+                "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
                 "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
             ),
             append_one=q(
-                "SELECT * FROM {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
+                "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
                 "%s::boolean, %s::bytea)"
             ),
             check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
@@ -235,23 +238,28 @@ class _Batch:
 
 
 class _Borrowed:
-    """`with store._conn(doing) as conn:` borrows a connection from the pool and gives it back.
+    """`with store._conn(what, subject) as conn:` borrows a pooled connection and gives it back.
 
     Lost connections and pool timeouts become `StoreError` naming what was being done.
     """
 
-    __slots__ = ("conn", "doing", "store")
+    __slots__ = ("conn", "store", "subject", "what")
 
-    def __init__(self, store: PostgresStore, doing: str) -> None:
+    def __init__(self, store: PostgresStore, what: str, subject: str | None) -> None:
         self.store = store
-        self.doing = doing
+        self.what = what
+        self.subject = subject
+
+    @property
+    def doing(self) -> str:
+        return self.what if self.subject is None else f"{self.what} {self.subject!r}"
 
     def __enter__(self) -> psycopg.Connection[Any]:
         store = self.store
         if store._closed:
             raise StoreError(f"the PostgresStore on schema {store.schema!r} is closed")
         try:
-            self.conn = store._pool.getconn(store._timeout)
+            self.conn = store._borrow()
         except PoolTimeout as exc:
             raise StoreError(
                 f"no PostgreSQL connection free or possible within {store._timeout:g}s while "
@@ -260,7 +268,7 @@ class _Borrowed:
         return self.conn
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        self.store._pool.putconn(self.conn)  # a broken connection is discarded by the pool
+        self.store._give_back(self.conn)
         if isinstance(exc, psycopg.OperationalError):
             raise StoreError(
                 f"PostgreSQL connection lost or refused while {self.doing}: {_first_line(exc)}. "
@@ -321,6 +329,10 @@ class PostgresStore:
         self._timeout = connect_timeout
         self._closed = False
         self._owned = isinstance(dsn_or_pool, str)
+        self._idle: list[psycopg.Connection[Any]] = []  # warm connections, newest last
+        self._idle_lock = threading.Lock()
+        self._keep_idle = max(1, pool_min)
+        self._idle_until = time.monotonic() + _KEEP_IDLE_SECONDS
         if isinstance(dsn_or_pool, str):
             self._pool: Pool = ConnectionPool(
                 dsn_or_pool,
@@ -366,8 +378,45 @@ class PostgresStore:
     def close(self) -> None:
         """Close the pool, when the store made it. The store is unusable afterwards."""
         self._closed = True
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            self._pool.putconn(conn)
         if self._owned:
             self._pool.close()
+
+    def _borrow(self) -> psycopg.Connection[Any]:
+        # The most recently used connection first: its server process is warm. psycopg_pool
+        # hands out connections in turn, which wakes a cold backend for every operation.
+        if self._idle:
+            with self._idle_lock:
+                if self._idle:
+                    return self._idle.pop()
+        return self._pool.getconn(self._timeout)
+
+    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+        """Keep up to `pool_min` healthy connections warm; the pool gets the others back.
+
+        Once a minute every kept connection goes back to the pool too, so that the pool's
+        health checks, `max_idle` and `max_lifetime` still apply to them.
+        """
+        back = [conn]
+        if (
+            self._owned
+            and not self._closed
+            and conn.pgconn.status == pq.ConnStatus.OK
+            and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        ):
+            with self._idle_lock:
+                if time.monotonic() > self._idle_until:
+                    back += self._idle
+                    self._idle = []
+                    self._idle_until = time.monotonic() + _KEEP_IDLE_SECONDS
+                elif len(self._idle) < self._keep_idle:
+                    self._idle.append(conn)
+                    return
+        for item in back:
+            self._pool.putconn(item)  # the pool discards a broken connection
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -375,24 +424,27 @@ class PostgresStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _conn(self, doing: str) -> _Borrowed:
-        """A pooled connection for one operation; errors become turnlog errors."""
-        return _Borrowed(self, doing)
+    def _conn(self, what: str, subject: str | None = None) -> _Borrowed:
+        """A pooled connection for one operation; errors become turnlog errors.
+
+        `what` and `subject` (a session id) say what was being done, in error messages.
+        """
+        return _Borrowed(self, what, subject)
 
     # -- sessions ---------------------------------------------------------------------------
 
     def create_session(self, session: Session) -> None:
-        with self._conn(f"creating session {session.id!r}") as conn:
+        with self._conn("creating session", session.id) as conn:
             row = conn.execute(self._q.put_session, (*_session_params(session), True)).fetchone()
         if row is None or not row[0]:
             raise SessionAlreadyExists(session.id)
 
     def save_session(self, session: Session) -> None:
-        with self._conn(f"saving session {session.id!r}") as conn:
+        with self._conn("saving session", session.id) as conn:
             conn.execute(self._q.put_session, (*_session_params(session), False))
 
     def find_session(self, session_id: str) -> Session | None:
-        with self._conn(f"reading session {session_id!r}") as conn:
+        with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.find_session, (session_id,)).fetchone()
         return None if row is None else _session(row)
 
@@ -406,7 +458,7 @@ class PostgresStore:
         return [_session(r) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
-        with self._conn(f"deleting session {session_id!r}") as conn:
+        with self._conn("deleting session", session_id) as conn:
             row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
         return row is not None and row[0] > 0
 
@@ -442,7 +494,7 @@ class PostgresStore:
             "limit": MAX_INDEXED_BYTES,
         }
         query = self._q.find_indexed if name in self.indexed_keys else self._q.find_contained
-        with self._conn(f"finding sessions by metadata {name!r}") as conn:
+        with self._conn("finding sessions by metadata", name) as conn:
             rows = conn.execute(query, params).fetchall()
         return [_session(r) for r in rows]
 
@@ -472,30 +524,53 @@ class PostgresStore:
         Returns the new version, and the time stamped on events without one (None when
         nothing was written: every event was stored already).
 
-        One call of an append function. When it cannot append it says why, as `append_check`
-        does (the client calls that one itself when a unique key rejected the insert): another
-        writer won (VersionConflict), ids already stored (skipped, as a retry must be), an id
-        of another session, a boundary naming unknown events, or a race that is over (again).
+        The fast path is one call of an append function. When it declines or a unique key
+        rejects it, `append_check` says why: another writer won (VersionConflict), ids already
+        stored (skipped, as a retry must be), an id of another session, a boundary naming
+        unknown events, or a race that is over (try again).
         """
         if not events:
             return self.version(session_id), None
         now = self._clock()
-        batch = _Batch(events, to_micros(now))
-        with self._conn(f"appending to session {session_id!r}") as conn:
+        micros = to_micros(now)
+        one = events[0]
+        batch: _Batch | None = None
+        if len(events) == 1 and one.type.name != "COMPACTION":
+            # The common case, without the column arrays: one event, scalar parameters.
+            fast: tuple[str, Any] = (
+                self._q.append_one,
+                (
+                    session_id,
+                    expected,
+                    one.id,
+                    one.type.name,
+                    micros if one.timestamp is None else to_micros(one.timestamp),
+                    one.role,
+                    one.synthetic,
+                    encode_body(one),
+                ),
+            )
+        else:
+            batch = _Batch(events, micros)
+            fast = batch.call(self._q, session_id, expected)
+        with self._conn("appending to session", session_id) as conn:
             for _ in range(_MAX_ATTEMPTS):
                 try:
-                    found = conn.execute(*batch.call(self._q, session_id, expected)).fetchone()
+                    row = conn.execute(*fast).fetchone()
                 except psycopg.DatabaseError as exc:
                     if exc.sqlstate not in _RETRYABLE:
                         raise
-                    found = conn.execute(
-                        self._q.check, (session_id, expected, batch.ids, batch.required)
-                    ).fetchone()
-                if found is None:  # pragma: no cover - the functions always return a row
-                    raise StoreError("the append functions returned nothing")
+                    row = None
+                if row is not None and row[0] is not None:
+                    return int(row[0]), now
+                if batch is None:
+                    batch = _Batch(events, micros)
+                found = conn.execute(
+                    self._q.check, (session_id, expected, batch.ids, batch.required)
+                ).fetchone()
+                if found is None:  # pragma: no cover - the function always returns a row
+                    raise StoreError("append_check returned nothing")
                 status, version, detail = found
-                if status == "ok":
-                    return int(version), now
                 if status == "not_found":
                     raise SessionNotFound(session_id)
                 if status == "foreign":
@@ -507,6 +582,7 @@ class PostgresStore:
                     return int(version), None
                 if status == "partial":
                     batch = batch.without(set(detail))
+                    fast = batch.call(self._q, session_id, expected)
                 elif status == "conflict":
                     assert expected is not None
                     raise VersionConflict(session_id, expected, int(version))
@@ -529,7 +605,7 @@ class PostgresStore:
             }
         else:
             query, params = self._q.events, {"sid": session_id}
-        with self._conn(f"reading session {session_id!r}") as conn:
+        with self._conn("reading session", session_id) as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         if not rows:
             raise SessionNotFound(session_id)
@@ -541,14 +617,14 @@ class PostgresStore:
         return apply_filter(events, flt)
 
     def version(self, session_id: str) -> int:
-        with self._conn(f"reading session {session_id!r}") as conn:
+        with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.version, {"sid": session_id}).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
         return int(row[0])
 
     def view(self, session_id: str) -> list[SessionEvent]:
-        with self._conn(f"reading the view of session {session_id!r}") as conn:
+        with self._conn("reading the view of session", session_id) as conn:
             rows = conn.execute(self._q.view, {"sid": session_id}, binary=True).fetchall()
         if not rows:
             raise SessionNotFound(session_id)
@@ -564,7 +640,7 @@ class PostgresStore:
         return CompactionBoundary.project(events)
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
-        with self._conn(f"reading session {session_id!r}") as conn:
+        with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.event_by_id, (session_id, event_id), binary=True).fetchone()
         return None if row is None else _event(session_id, row)
 

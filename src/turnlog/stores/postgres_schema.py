@@ -130,21 +130,21 @@ COMMENT ON COLUMN {s}.session_index.value IS 'the metadata value as jsonb text: 
 """
 
 # The append functions. The writer proposes seqs p_expected + 1, ...; the (session_id, seq)
-# primary key rejects a slower writer (a unique violation after the faster one commits; the
-# client then asks append_check what happened). A session's version is max(seq): nothing else
-# is written per append. They write nothing and return append_check's answer when the session
-# is missing, the log is not at p_expected (seq p_expected missing, or seq p_expected + 1 taken
-# already), or a boundary names events the log does not hold; else status 'ok' and the version.
+# primary key rejects a slower writer (a unique violation, after the faster one commits). A
+# session's version is max(seq): nothing but the events is written per append. They write
+# nothing and return NULL when the log is not at p_expected or a boundary names events the log
+# does not hold; the client then asks append_check what happened, as after a unique violation.
 #
-# Deleting a session takes an exclusive advisory lock on it; appends take it shared, so a
-# delete waits for the appends in flight and then removes their events too, and an append that
-# comes after a delete finds no session.
+# "The log is at p_expected" is one index probe: seq p_expected exists (or, for 0, the session
+# does). Seq p_expected + 1 is left to the primary key. A log with seq p_expected has a session:
+# deleting a session takes an exclusive advisory lock on it, which waits for the appends in
+# flight (they hold it shared), and then removes all its events, theirs too; an append that
+# comes after the delete finds no seq p_expected and no session.
 _V1_APPEND: Final = """
 CREATE FUNCTION {s}.append_one(
     p_session text, p_expected bigint, p_id text, p_type text, p_ts bigint, p_role text,
-    p_synthetic boolean, p_body bytea,
-    OUT status text, OUT version bigint, OUT detail text[]
-) LANGUAGE plpgsql AS $fn$
+    p_synthetic boolean, p_body bytea
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     v bigint := p_expected;
 BEGIN
@@ -154,28 +154,23 @@ BEGIN
     END IF;
     INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body)
     SELECT p_session, v + 1, p_id, p_type, p_ts, p_role, p_synthetic, p_body
-    WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
-      AND (v = 0 OR EXISTS (
-          SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v))
-      AND NOT EXISTS (
-          SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v + 1);
+    WHERE CASE WHEN v = 0
+        THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
+        ELSE EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v)
+    END;
     IF NOT FOUND THEN
-        SELECT c.status, c.version, c.detail INTO status, version, detail
-        FROM {s}.append_check(p_session, p_expected, ARRAY[p_id], ARRAY[]::text[]) c;
-        RETURN;
+        RETURN NULL;
     END IF;
     @IDS_INSERT_ONE@
-    status := 'ok';
-    version := v + 1;
+    RETURN v + 1;
 END
 $fn$;
 
 CREATE FUNCTION {s}.append_events(
     p_session text, p_expected bigint, p_ids text[], p_types text[], p_ts bigint[],
     p_roles text[], p_synthetic boolean[], p_bodies bytea[], p_required text[],
-    p_boundary_at bigint, p_boundary_ids text[],
-    OUT status text, OUT version bigint, OUT detail text[]
-) LANGUAGE plpgsql AS $fn$
+    p_boundary_at bigint, p_boundary_ids text[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     v bigint := p_expected;
 BEGIN
@@ -183,18 +178,17 @@ BEGIN
     IF v IS NULL THEN
         SELECT coalesce(max(e.seq), 0) INTO v FROM {s}.events e WHERE e.session_id = p_session;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
-        OR (v > 0 AND NOT EXISTS (
-            SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v))
-        OR EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v + 1)
+    IF NOT (CASE WHEN v = 0
+            THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = p_session)
+            ELSE EXISTS (
+                SELECT 1 FROM {s}.events e WHERE e.session_id = p_session AND e.seq = v)
+        END)
         OR (cardinality(p_required) > 0 AND EXISTS (
             SELECT 1 FROM unnest(p_required) AS r(id) WHERE NOT EXISTS (
                 SELECT 1 FROM {s}.events e
                 WHERE e.session_id = p_session AND e.id = r.id AND e.type = 'MESSAGE')))
     THEN
-        SELECT c.status, c.version, c.detail INTO status, version, detail
-        FROM {s}.append_check(p_session, p_expected, p_ids, p_required) c;
-        RETURN;
+        RETURN NULL;
     END IF;
     INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body)
     SELECT p_session, v + u.o, u.id, u.type, u.ts, u.role, u.synthetic, u.body
@@ -206,8 +200,7 @@ BEGIN
         SET boundary_seq = v + p_boundary_at, boundary_ids = p_boundary_ids
         WHERE id = p_session AND (boundary_seq IS NULL OR boundary_seq < v + p_boundary_at);
     END IF;
-    status := 'ok';
-    version := v + cardinality(p_ids);
+    RETURN v + cardinality(p_ids);
 END
 $fn$;
 """
