@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +39,7 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import EventType, Session, SessionEvent
+from turnlog.events import Session, SessionEvent
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -99,6 +100,15 @@ def _guarded(
     return wrapper
 
 
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_.~-]+")
+
+
+def _escape(text: str) -> str:
+    """`quote(text, safe="")`: only ASCII letters, digits and `_.-~` stay (checked first,
+    because most ids are plain already)."""
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
 class _Keys:
     """Key names. Ids are percent-escaped (`quote(id, safe="")`), which leaves no `{`, `}`, `:`
     or glob character in them: a session id can neither move its keys to another slot nor
@@ -114,7 +124,7 @@ class _Keys:
         """The session hash (state, records, ids), its failed claims, its index keys: one tag."""
         keys = self._sessions.get(session_id)
         if keys is None:
-            base = f"{self.prefix}:{{{quote(session_id, safe='')}}}:"
+            base = f"{self.prefix}:{{{_escape(session_id)}}}:"
             keys = [base + suffix for suffix in ("s", "r", "k")]
             if len(self._sessions) >= 4096:
                 self._sessions.clear()
@@ -122,7 +132,7 @@ class _Keys:
         return keys
 
     def event(self, event_id: str) -> str:
-        return f"{self.prefix}:id:{quote(event_id, safe='')}"
+        return f"{self.prefix}:id:{_escape(event_id)}"
 
     def metadata(self, name: str, value: str | int | bool) -> str | None:
         """The index set of `name` == `value` (type-exact), or None when it is too long."""
@@ -131,10 +141,10 @@ class _Keys:
         elif isinstance(value, int):
             typed = f"i{value}"
         else:
-            typed = "s" + quote(value, safe="")
+            typed = "s" + _escape(value)
         if len(name) + len(typed) > _INDEXED_LENGTH:
             return None
-        return f"{self.prefix}:m:{quote(name, safe='')}:{typed}"
+        return f"{self.prefix}:m:{_escape(name)}:{typed}"
 
 
 def _member(session_id: str, inc: str) -> bytes:
@@ -581,26 +591,32 @@ class RedisStore:
     def _batch_args(
         self, session_id: str, batch: list[SessionEvent], now: int
     ) -> tuple[list[Any], list[str], InvalidInput | None]:
+        """The script's arguments for `batch`: per event its id, kind, record and, for a
+        boundary, the ids it names; the ids the script must find as messages of the log; the
+        error a malformed boundary makes (the script reports versions and retries first)."""
         invalid: InvalidInput | None = None
         required: dict[str, None] = {}
-        if any(e.type == EventType.COMPACTION for e in batch):
+        if any(e.type.name == "COMPACTION" for e in batch):
             try:
                 check_boundaries(batch, set)  # the format; the script checks the names
             except InvalidInput as exc:
                 invalid = exc
         args: list[Any] = []
         for at, e in enumerate(batch):
-            kind = "M" if e.message is not None else "E"
-            named: tuple[str, ...] = ()
-            if e.type == EventType.COMPACTION:
-                kind = "C"
-                if invalid is None:
-                    named = CompactionBoundary.from_event(e).view_event_ids
-                    nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
-                    required.update((i, None) for i in named if i not in nearby)
             stamp = now if e.timestamp is None else to_micros(e.timestamp)
-            head = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
-            args += [e.id, kind, head + b"\n" + encode_body(e), len(named), *named]
+            record = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
+            record += b"\n" + encode_body(e)
+            if e.message is not None:
+                args += (e.id, "M", record, 0)
+            elif e.type.name != "COMPACTION":
+                args += (e.id, "E", record, 0)
+            elif invalid is not None:
+                args += (e.id, "C", record, 0)
+            else:
+                named = CompactionBoundary.from_event(e).view_event_ids
+                nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
+                required.update((i, None) for i in named if i not in nearby)
+                args += (e.id, "C", record, len(named), *named)
         return args, list(required), invalid
 
     # -- event-id claims on a cluster ---------------------------------------------------------
