@@ -152,6 +152,21 @@ class RedisChecks:
         with pytest.raises(CorruptData):
             store.events("s")
 
+    def test_a_boundary_naming_nothing_empties_the_view_alone_or_in_a_batch(self, store):
+        for sid, alone in (("alone", True), ("batch", False)):
+            store.create_session(Session(sid, now()))
+            store.append_events(sid, turn(sid, 1), 0)
+            empty = CompactionBoundary(f"{sid}-b", (), (), (), 2, 0, "t").to_event(sid)
+            after = turn(sid, 2)
+            if alone:  # one event: the script's short path
+                store.append_events(sid, [empty], 2)
+                assert store.view(sid) == []
+                store.append_events(sid, after, 3)
+            else:
+                store.append_events(sid, [empty, *after], 2)
+            assert [e.id for e in store.view(sid)] == [e.id for e in after]
+            assert store.view(sid) == CompactionBoundary.project(store.events(sid))
+
     # -- scripts ----------------------------------------------------------------------------------
 
     def test_scripts_are_reloaded_after_a_script_flush(self, store):

@@ -79,6 +79,43 @@ return {'deleted', m[1], ids, reserved, indexed}
 --       | {'conflict', version} | {'unknown', id} | {'invalid'}
 local s, reserved = KEYS[1], KEYS[2]
 local idkeys = ARGV[4] == '1'
+
+-- The hot path, one event naming nothing (a chat message): the same steps with fewer calls.
+if ARGV[5] == '1' and ARGV[6] == '0' and ARGV[10] == '0' then
+  local id, kind = ARGV[7], ARGV[8]
+  local st = redis.call('HMGET', s, 'inc', 'v', 'kx', '#' .. id)
+  if not st[1] then return {'nosession'} end
+  if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return {'changed'} end
+  local ver = tonumber(st[2])
+  if st[4] then return {'ok', ver, 0} end
+  local owner = ARGV[3] .. '\0' .. st[1]
+  if idkeys then
+    local o = redis.call('GET', KEYS[3])
+    if o and o ~= owner then return {'foreign', id, o} end
+  end
+  local expected = tonumber(ARGV[1])
+  if expected >= 0 and expected ~= ver then
+    if not idkeys then
+      redis.call('SADD', reserved, id)
+      if st[3] and st[3] ~= '' then redis.call('PEXPIREAT', reserved, st[3]) end
+    end
+    return {'conflict', ver}
+  end
+  ver = ver + 1
+  if kind == 'C' then
+    redis.call('HSET', s, ver, ARGV[9], '#' .. id, kind .. ver, 'v', ver, 'b', ver, 'bv', '')
+  else
+    redis.call('HSET', s, ver, ARGV[9], '#' .. id, kind .. ver, 'v', ver)
+  end
+  if idkeys then
+    redis.call('SET', KEYS[3], owner)
+  elseif redis.call('EXISTS', reserved) == 1 then
+    redis.call('SREM', reserved, id)
+  end
+  return {'ok', ver, 1}
+end
+
+-- Any batch.
 local n, r = tonumber(ARGV[5]), tonumber(ARGV[6])
 local events = {}
 local at = 7
