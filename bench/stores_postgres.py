@@ -155,7 +155,7 @@ def main() -> None:
     args = parse_args(__doc__, [a for a in sys.argv[1:] if not a.startswith("--dsn")])
     dsn = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--dsn=")), DSN)
     quick = args.quick
-    rounds, per_block = (3, 30) if quick else (15, 150)
+    rounds, per_block = (3, 30) if quick else (31, 100)
     view_rounds, big, log_size = (5, 10_000, 2_000) if quick else (31, 100_000, 10_000)
     rng = random.Random(args.seed)
     talk = conversation(rng)
