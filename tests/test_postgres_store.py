@@ -22,6 +22,7 @@ from turnlog import (
     SessionEvent,
     SessionService,
     StoreError,
+    VersionConflict,
     WindowCompactionStrategy,
 )
 from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, migrate
@@ -531,3 +532,46 @@ def test_a_delete_waits_for_an_append_in_flight_and_removes_its_events(
     assert deleted == [True]
     assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)
     store.append_events("b", [SessionEvent.for_message("b", Message.user("x"), event_id="e1")], 0)
+
+
+def test_appends_at_the_end_from_many_threads_all_land_in_order(store):
+    store.create_session(Session("tail", T0))
+    errors = []
+
+    def write(w):
+        try:
+            for i in range(60):
+                event = SessionEvent.for_message(
+                    "tail", Message.user(f"{w}-{i}"), event_id=f"{w}-{i}"
+                )
+                store.append_event(event)
+                if i % 3 == 0:  # writers with an expected version race them too
+                    while True:
+                        try:
+                            version = store.version("tail")
+                            store.append_events(
+                                "tail",
+                                [
+                                    SessionEvent.for_message(
+                                        "tail", Message.user("x"), event_id=f"{w}-{i}-v"
+                                    )
+                                ],
+                                version,
+                            )
+                            break
+                        except VersionConflict:
+                            continue
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    log = store.events("tail")
+    assert [e.seq for e in log] == list(range(1, 6 * 80 + 1))
+    for w in range(6):
+        mine = [e.id for e in log if e.id.startswith(f"{w}-") and not e.id.endswith("-v")]
+        assert mine == [f"{w}-{i}" for i in range(60)]

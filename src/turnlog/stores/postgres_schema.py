@@ -150,6 +150,8 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
     IF v IS NULL THEN
+        -- At the end, whatever the version: such appends queue (per session) for the tail.
+        PERFORM pg_advisory_xact_lock(@TAIL@, hashtext(p_session));
         SELECT coalesce(max(e.seq), 0) INTO v FROM {s}.events e WHERE e.session_id = p_session;
     END IF;
     INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body)
@@ -176,6 +178,8 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
     IF v IS NULL THEN
+        -- At the end, whatever the version: such appends queue (per session) for the tail.
+        PERFORM pg_advisory_xact_lock(@TAIL@, hashtext(p_session));
         SELECT coalesce(max(e.seq), 0) INTO v FROM {s}.events e WHERE e.session_id = p_session;
     END IF;
     IF NOT (CASE WHEN v = 0
@@ -324,9 +328,13 @@ $fn$;
 """
 
 
-def lock_class(schema: str) -> int:
-    """The first key of the schema's advisory locks (the second is `hashtext(session_id)`)."""
-    value = zlib.crc32(f"turnlog:{schema}".encode())
+def lock_class(schema: str, role: str = "session") -> int:
+    """The first key of the schema's advisory locks (the second is `hashtext(session_id)`).
+
+    `role` "session" orders appends (shared) and deletes (exclusive); "tail" queues the appends
+    that go at the end of a log whatever its version (`append_event`).
+    """
+    value = zlib.crc32(f"turnlog:{schema}:{role}".encode())
     return value - (1 << 32) if value >= (1 << 31) else value
 
 
@@ -365,6 +373,7 @@ def _migration_1(schema: str, partitions: int | None) -> list[str]:
             "OWNERS": "event_ids",
         }
     pieces["LOCK"] = str(lock_class(schema))
+    pieces["TAIL"] = str(lock_class(schema, "tail"))
     pieces["MAX_INDEXED"] = str(MAX_INDEXED_BYTES)
     statements += _split(_V1_COMMENTS)
     for script in (_V1_APPEND, _V1_CHECK, _V1_PUT_SESSION, _V1_DELETE):
