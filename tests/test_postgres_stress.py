@@ -267,7 +267,8 @@ def test_writers_killed_mid_batch_leave_whole_batches(ctx, postgres_dsn, pg_sche
         started = time.perf_counter()
         store.append_events("calibrate", sample, 0)
         span = time.perf_counter() - started
-    versions = []
+    versions: list[int] = []
+    delay = span
 
     def writer(round_):
         ready, go = ctx.Event(), ctx.Event()
@@ -283,7 +284,7 @@ def test_writers_killed_mid_batch_leave_whole_batches(ctx, postgres_dsn, pg_sche
             go.set()
             if round_ < 49:  # the next writer builds its batch meanwhile
                 following = writer(round_ + 1)
-            time.sleep(rng.uniform(0, span * 2))
+            time.sleep(delay * rng.uniform(0.8, 1.2))
             os.kill(proc.pid, signal.SIGKILL)
             proc.join(10)
             assert proc.exitcode == -signal.SIGKILL
@@ -295,6 +296,10 @@ def test_writers_killed_mid_batch_leave_whole_batches(ctx, postgres_dsn, pg_sche
                 )
             ).fetchone()
             assert version % BATCH == 0 and count == version
+            # A staircase around the moment a batch lands: kill sooner after a batch landed,
+            # later after one did not, so the kills keep hitting appends in flight.
+            landed_now = version > (versions[-1] if versions else 0)
+            delay = min(span * 5, max(0.001, delay * (0.7 if landed_now else 1.4)))
             versions.append(version)
         _settle(admin, app)
         count, top, distinct = admin.execute(
@@ -315,9 +320,12 @@ def test_writers_killed_mid_batch_leave_whole_batches(ctx, postgres_dsn, pg_sche
         assert store.append_events("crash", more, version) == version + BATCH
         log = store.events("crash")
         assert [e.seq for e in log] == list(range(1, version + BATCH + 1))
-        rounds = {e.id.split("-")[0] for e in log[:version]}
-        assert len(rounds) == landed  # whole batches: each landed round has all its events
-        assert [e.seq for e in log if e.id == f"{log[0].id.split('-')[0]}-0"] == [1]
+        # Whole batches: each landed round's 5,000 events, in order, one contiguous run.
+        for start in range(0, version, BATCH):
+            round_ = log[start].id.split("-")[0]
+            assert [e.id for e in log[start : start + BATCH]] == [
+                f"{round_}-{i}" for i in range(BATCH)
+            ]
 
 
 # -- the server connection dropped mid-write -------------------------------------------------------
