@@ -30,7 +30,7 @@ from turnlog import (
     StoreError,
 )
 from turnlog.stores.redis import RedisStore
-from turnlog.testing import StoreContract
+from turnlog.testing import FakeClock, StoreContract
 
 HOSTILE = [
     "a",
@@ -318,6 +318,16 @@ class RedisChecks:
             store.save_session(Session("b", now(), metadata={"owner": long_value}))
             assert [s.id for s in store.find_by_metadata("owner", long_value)] == ["b"]
             assert store.find_by_metadata("owner", "y") == []  # the stale entry is filtered
+
+    def test_the_clock_stamps_events_and_an_empty_batch_changes_nothing(self):
+        clock = FakeClock(datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC))
+        with self.new_store(clock=clock) as store:
+            store.create_session(Session("a", now()))
+            assert store.append_events("a", [], 0) == 0
+            stored = store.append_event(SessionEvent.for_message("a", Message.user("x")))
+            assert stored.timestamp == clock.now == store.events("a")[0].timestamp
+            with pytest.raises(SessionNotFound):
+                store.append_events("ghost", [], 0)
 
     # -- connections ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import hashlib
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -531,7 +532,7 @@ class RedisStore:
         check_batch(event.session_id, [event], 0)
         version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
-            return replace(event, seq=version, timestamp=event.timestamp or now)
+            return replace(event, seq=version, timestamp=event.timestamp or from_micros(now))
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
@@ -539,13 +540,14 @@ class RedisStore:
 
     def _append(
         self, session_id: str, batch: list[SessionEvent], expected: int
-    ) -> tuple[int, int, datetime]:
+    ) -> tuple[int, int, int]:
         """Append under the version check (`expected` -1: at the end).
 
-        Returns the new version, how many events were appended, and the time stamped on them.
+        Returns the new version, how many events were appended, and the time stamped on them
+        (µs since the epoch).
         """
-        now = self._clock()
-        args, required, invalid = self._batch_args(session_id, batch, to_micros(now))
+        now = time.time_ns() // 1000 if self._clock is utc_now else to_micros(self._clock())
+        args, required, invalid = self._batch_args(session_id, batch, now)
         keys = self._keys.session(session_id)[:2]
         idkeys = [] if self._cluster else [self._keys.event(e.id) for e in batch]
         fixed = [len(batch), -1 if invalid else len(required)]
@@ -596,7 +598,7 @@ class RedisStore:
         error a malformed boundary makes (the script reports versions and retries first)."""
         invalid: InvalidInput | None = None
         required: dict[str, None] = {}
-        if any(e.type.name == "COMPACTION" for e in batch):
+        if len(batch) > 1 or (batch and batch[0].type.name == "COMPACTION"):
             try:
                 check_boundaries(batch, set)  # the format; the script checks the names
             except InvalidInput as exc:
