@@ -13,14 +13,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
 try:
     import psycopg
     from psycopg import errors as pgerrors
-    from psycopg import pq, sql
+    from psycopg import pq
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -46,6 +46,7 @@ from turnlog.stores.base import (
     check_boundaries,
     utc_now,
 )
+from turnlog.stores.postgres_queries import Queries
 from turnlog.stores.postgres_schema import (
     MAX_INDEXED_BYTES,
     SCHEMA_VERSION,
@@ -60,106 +61,8 @@ DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 1000
 _KEEP_IDLE_SECONDS: Final = 60.0
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
-_EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
 
 Pool = ConnectionPool[psycopg.Connection[Any]]
-
-
-@dataclass(frozen=True)
-class _Queries:
-    """The statements, rendered once for one schema."""
-
-    append: str
-    append_one: str
-    check: str
-    put_session: str
-    find_session: str
-    list_sessions: str
-    delete_session: str
-    delete_expired: str
-    find_indexed: str
-    find_contained: str
-    version: str
-    events: str
-    events_of_types: str
-    event_by_id: str
-    view: str
-
-    @classmethod
-    def render(cls, schema: str, conn: psycopg.Connection[Any]) -> _Queries:
-        def q(text: str) -> str:
-            composed = sql.SQL(text).format(s=sql.Identifier(schema))
-            return composed.as_string(conn)
-
-        session_cols = "s.id, s.created_at, s.expires_at, s.metadata::text"
-        session_events = (
-            f"SELECT {_EVENT_COLUMNS} FROM {{s}}.sessions s "
-            "LEFT JOIN {s}.events e ON e.session_id = s.id AND e.session_id = %(sid)s"
-        )
-        return cls(
-            append=q(
-                "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
-                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
-            ),
-            append_one=q(
-                "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
-                "%s::boolean, %s::bytea)"
-            ),
-            check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
-            put_session=q("SELECT {s}.put_session(%s, %s, %s, %s::jsonb, %s)"),
-            find_session=q(f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id = %s"),
-            list_sessions=q(
-                f"SELECT {session_cols} FROM {{s}}.sessions s "
-                "ORDER BY s.created_at DESC, s.id DESC LIMIT %s"
-            ),
-            delete_session=q("SELECT {s}.delete_session(%s)"),
-            delete_expired=q("SELECT {s}.delete_expired(%s)"),
-            # An indexed key: the index table, or a containment query for a value too long
-            # to be indexed. The value is compared as jsonb text, so the type must match too.
-            find_indexed=q(
-                f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id IN ("
-                "SELECT i.session_id FROM {s}.session_index i "
-                "WHERE i.name = %(name)s AND i.value = (%(value)s::jsonb)::text) "
-                "AND octet_length((%(value)s::jsonb)::text) <= %(limit)s "
-                f"UNION ALL SELECT {session_cols} FROM {{s}}.sessions s "
-                "WHERE octet_length((%(value)s::jsonb)::text) > %(limit)s "
-                "AND s.metadata @> %(contains)s::jsonb "
-                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
-                "AND s.metadata ->> %(name)s = %(text)s ORDER BY 2, 1"
-            ),
-            find_contained=q(
-                f"SELECT {session_cols} FROM {{s}}.sessions s "
-                "WHERE s.metadata @> %(contains)s::jsonb "
-                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
-                "AND s.metadata ->> %(name)s = %(text)s ORDER BY s.created_at, s.id"
-            ),
-            version=q(
-                "SELECT coalesce((SELECT max(e.seq) FROM {s}.events e "
-                "WHERE e.session_id = %(sid)s), 0) FROM {s}.sessions s WHERE s.id = %(sid)s"
-            ),
-            events=q(f"{session_events} WHERE s.id = %(sid)s ORDER BY e.seq"),
-            events_of_types=q(
-                f"{session_events} AND e.type = ANY(%(types)s::text[]) "
-                "WHERE s.id = %(sid)s ORDER BY e.seq"
-            ),
-            event_by_id=q(
-                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
-            ),
-            # The view in one query: the boundary and the messages after it (a range of the
-            # primary key), and the events the boundary names from before it, each looked up
-            # by id in a unique index (never a scan of the covered range, whatever the
-            # planner's statistics say).
-            view=q(
-                "SELECT s.boundary_seq, e.* FROM {s}.sessions s LEFT JOIN LATERAL ("
-                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %(sid)s "
-                "AND e.seq >= coalesce(s.boundary_seq, 0) "
-                "AND (e.type = 'MESSAGE' OR e.seq = s.boundary_seq) "
-                f"UNION ALL SELECT {_EVENT_COLUMNS} FROM unnest(s.boundary_ids) AS b(id) "
-                "JOIN {s}.events e ON e.session_id = %(sid)s AND e.id = b.id "
-                "WHERE e.seq < s.boundary_seq) e ON true "
-                "WHERE s.id = %(sid)s ORDER BY e.seq"
-            ),
-        )
 
 
 class _Batch:
@@ -209,7 +112,7 @@ class _Batch:
             keep._boundaries()
         return keep
 
-    def call(self, queries: _Queries, session_id: str, expected: int | None) -> tuple[str, Any]:
+    def call(self, queries: Queries, session_id: str, expected: int | None) -> tuple[str, Any]:
         """The fast append statement for this batch, and its parameters."""
         if len(self.ids) == 1 and self.boundary_at is None:
             return queries.append_one, (
@@ -367,7 +270,7 @@ class PostgresStore:
                     migrate=migrate,
                     indexed_keys=list(indexed_keys),
                 )
-                self._q = _Queries.render(self.schema, conn)
+                self._q = Queries.render(self.schema, conn)
         except BaseException:
             self.close()
             raise

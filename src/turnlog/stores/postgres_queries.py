@@ -1,0 +1,114 @@
+"""The statements `PostgresStore` runs, rendered once per schema.
+
+Session ids, metadata and everything else are bound parameters; the schema name is the only
+thing put into the SQL text, quoted by `psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["Queries"]
+
+_EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
+
+
+@dataclass(frozen=True)
+class Queries:
+    """The statements, rendered once for one schema."""
+
+    append: str
+    append_one: str
+    check: str
+    put_session: str
+    find_session: str
+    list_sessions: str
+    delete_session: str
+    delete_expired: str
+    find_indexed: str
+    find_contained: str
+    version: str
+    events: str
+    events_of_types: str
+    event_by_id: str
+    view: str
+
+    @classmethod
+    def render(cls, schema: str, conn: psycopg.Connection[Any]) -> Queries:
+        def q(text: str) -> str:
+            composed = sql.SQL(text).format(s=sql.Identifier(schema))
+            return composed.as_string(conn)
+
+        session_cols = "s.id, s.created_at, s.expires_at, s.metadata::text"
+        session_events = (
+            f"SELECT {_EVENT_COLUMNS} FROM {{s}}.sessions s "
+            "LEFT JOIN {s}.events e ON e.session_id = s.id AND e.session_id = %(sid)s"
+        )
+        return cls(
+            append=q(
+                "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
+                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
+            ),
+            append_one=q(
+                "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
+                "%s::boolean, %s::bytea)"
+            ),
+            check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
+            put_session=q("SELECT {s}.put_session(%s, %s, %s, %s::jsonb, %s)"),
+            find_session=q(f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id = %s"),
+            list_sessions=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s "
+                "ORDER BY s.created_at DESC, s.id DESC LIMIT %s"
+            ),
+            delete_session=q("SELECT {s}.delete_session(%s)"),
+            delete_expired=q("SELECT {s}.delete_expired(%s)"),
+            # An indexed key: the index table, or a containment query for a value too long
+            # to be indexed. The value is compared as jsonb text, so the type must match too.
+            find_indexed=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s WHERE s.id IN ("
+                "SELECT i.session_id FROM {s}.session_index i "
+                "WHERE i.name = %(name)s AND i.value = (%(value)s::jsonb)::text) "
+                "AND octet_length((%(value)s::jsonb)::text) <= %(limit)s "
+                f"UNION ALL SELECT {session_cols} FROM {{s}}.sessions s "
+                "WHERE octet_length((%(value)s::jsonb)::text) > %(limit)s "
+                "AND s.metadata @> %(contains)s::jsonb "
+                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
+                "AND s.metadata ->> %(name)s = %(text)s ORDER BY 2, 1"
+            ),
+            find_contained=q(
+                f"SELECT {session_cols} FROM {{s}}.sessions s "
+                "WHERE s.metadata @> %(contains)s::jsonb "
+                "AND jsonb_typeof(s.metadata -> %(name)s) = %(type)s "
+                "AND s.metadata ->> %(name)s = %(text)s ORDER BY s.created_at, s.id"
+            ),
+            version=q(
+                "SELECT coalesce((SELECT max(e.seq) FROM {s}.events e "
+                "WHERE e.session_id = %(sid)s), 0) FROM {s}.sessions s WHERE s.id = %(sid)s"
+            ),
+            events=q(f"{session_events} WHERE s.id = %(sid)s ORDER BY e.seq"),
+            events_of_types=q(
+                f"{session_events} AND e.type = ANY(%(types)s::text[]) "
+                "WHERE s.id = %(sid)s ORDER BY e.seq"
+            ),
+            event_by_id=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
+            ),
+            # The view in one query: the boundary and the messages after it (a range of the
+            # primary key), and the events the boundary names from before it, each looked up
+            # by id in a unique index (never a scan of the covered range, whatever the
+            # planner's statistics say).
+            view=q(
+                "SELECT s.boundary_seq, e.* FROM {s}.sessions s LEFT JOIN LATERAL ("
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %(sid)s "
+                "AND e.seq >= coalesce(s.boundary_seq, 0) "
+                "AND (e.type = 'MESSAGE' OR e.seq = s.boundary_seq) "
+                f"UNION ALL SELECT {_EVENT_COLUMNS} FROM unnest(s.boundary_ids) AS b(id) "
+                "JOIN {s}.events e ON e.session_id = %(sid)s AND e.id = b.id "
+                "WHERE e.seq < s.boundary_seq) e ON true "
+                "WHERE s.id = %(sid)s ORDER BY e.seq"
+            ),
+        )
