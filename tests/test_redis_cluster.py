@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from redis_cluster import RedisCluster, ServerUnavailable, binaries, skip_or_fail
+from redis_cluster import RedisCluster, ServerUnavailable, binaries, free_ports, skip_or_fail
 from test_redis_store import RedisChecks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
 from turnlog.stores.redis import RedisClusterStore, RedisStore
@@ -206,3 +206,9 @@ class TestClusterOnly(_OnCluster):
         assert store.append_events("s", batch, 0) == 200
         assert store.append_events("s", batch, 0) == 200
         assert [e.id for e in store.events("s")] == [e.id for e in batch]
+
+
+def test_no_cluster_raises_store_error():
+    port = free_ports(1, bus=False)[0]
+    with pytest.raises(StoreError, match="cannot reach the Redis Cluster"):
+        RedisClusterStore(f"redis+cluster://127.0.0.1:{port}", timeout=1)
