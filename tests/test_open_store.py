@@ -39,3 +39,21 @@ def test_a_missing_extra_names_the_pip_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "turnlog.stores.redis", None)
     with pytest.raises(ImportError, match=r"pip install 'turnlog\[redis\]'"):
         open_store("redis://127.0.0.1:6379/0")
+
+
+def test_server_stores_load_lazily_and_name_their_extra(monkeypatch):
+    import subprocess
+
+    code = (
+        "import sys, turnlog\n"
+        "assert 'psycopg' not in sys.modules and 'redis' not in sys.modules\n"
+        "from turnlog import PostgresStore, RedisClusterStore, RedisStore\n"
+        "print(PostgresStore.__name__, RedisStore.__name__, RedisClusterStore.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["PostgresStore", "RedisStore", "RedisClusterStore"]
+    monkeypatch.setitem(sys.modules, "turnlog.stores.redis", None)
+    import turnlog
+
+    with pytest.raises(ImportError, match=r"turnlog\[redis\]"):
+        turnlog.RedisStore  # noqa: B018

@@ -36,6 +36,16 @@ from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCoun
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # the server stores load their drivers only when asked for
+    if name in ("PostgresStore", "RedisStore", "RedisClusterStore"):
+        from turnlog import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module 'turnlog' has no attribute {name!r}")
+
+
 __all__ = [
     "CharCounter",
     "ChatModel",
@@ -54,6 +64,9 @@ __all__ = [
     "MemoryStore",
     "Message",
     "O200kCounter",
+    "PostgresStore",
+    "RedisClusterStore",
+    "RedisStore",
     "Session",
     "SessionAlreadyExists",
     "SessionEvent",

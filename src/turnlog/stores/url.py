@@ -20,7 +20,8 @@ _EXTRAS = {
 }
 
 
-def _load(module: str, name: str) -> Any:
+def load_optional(module: str, name: str) -> Any:
+    """`module.name`, or an ImportError naming the extra to install."""
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
@@ -70,13 +71,15 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
         return MemoryStore(**options)
     if scheme in ("postgresql", "postgres"):
-        store: SessionStore = _load("turnlog.stores.postgres", "PostgresStore")(url, **options)
+        store: SessionStore = load_optional("turnlog.stores.postgres", "PostgresStore")(
+            url, **options
+        )
         return store
     if scheme in ("redis", "rediss"):
-        store = _load("turnlog.stores.redis", "RedisStore")(url, **options)
+        store = load_optional("turnlog.stores.redis", "RedisStore")(url, **options)
         return store
     if scheme == "redis+cluster":
-        store = _load("turnlog.stores.redis", "RedisClusterStore")(url, **options)
+        store = load_optional("turnlog.stores.redis", "RedisClusterStore")(url, **options)
         return store
     raise InvalidInput(
         f"unknown store URL scheme {scheme!r} in {url!r}: use one of "
