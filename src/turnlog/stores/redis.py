@@ -791,24 +791,33 @@ class RedisStore:
         return apply_filter(out, flt)
 
     def _log(self, session_id: str, first: int, last: int | None = None) -> list[bytes | None]:
-        """Records `first`..`last` (the end of the log by default), read in chunks of one
-        incarnation: records never change, so the chunks make one consistent snapshot."""
-        keys = self._keys.session(session_id)[:1]
+        """Records `first`..`last` (the end of the log by default).
+
+        The first chunk comes from one script call with the version and the incarnation; the
+        rest in one pipeline of plain `HMGET`s that ends by reading the incarnation again.
+        Records never change, so the same incarnation at both ends makes one snapshot.
+        """
+        key = self._keys.session(session_id)[0]
         for _ in range(_ATTEMPTS):
             hi = first + _CHUNK - 1 if last is None else min(last, first + _CHUNK - 1)
-            reply = self._run("range", keys, [first, hi])
+            reply = self._run("range", [key], [first, hi])
             if not reply:
                 raise SessionNotFound(session_id)
             inc, end = reply[0], int(reply[1]) if last is None else min(int(reply[1]), last)
             records: list[bytes | None] = list(reply[2:])
-            while first + len(records) <= end:
-                lo = first + len(records)
-                more = self._run("range", keys, [lo, min(end, lo + _CHUNK - 1)])
-                if not more or more[0] != inc:
-                    break  # deleted or re-created meanwhile: read again
-                records += more[2:]
-            else:
+            lo = first + len(records)
+            if lo > end:
                 return records
+            pipe = self._client.pipeline(transaction=False)
+            for at in range(lo, end + 1, _CHUNK):
+                pipe.hmget(key, [str(seq) for seq in range(at, min(end, at + _CHUNK - 1) + 1)])
+            pipe.hget(key, "inc")
+            *chunks, again = pipe.execute()
+            if again == inc:
+                for chunk in chunks:
+                    records += chunk
+                return records
+            # deleted or re-created meanwhile: read again
         raise StoreError(f"session {session_id!r} kept changing while it was being read; retry")
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
