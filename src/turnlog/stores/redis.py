@@ -189,7 +189,9 @@ class RedisStore:
 
     Raises:
         InvalidInput: a bad URL, prefix or client.
-        StoreError: the server cannot be reached.
+
+    Every method raises `StoreError` when the server cannot be reached or the connection drops
+    (connections open lazily, on first use), and `CorruptData` for a damaged record.
     """
 
     _cluster = False
@@ -866,6 +868,10 @@ class RedisClusterStore(RedisStore):
         url_or_client: `redis+cluster://[user:password@]host:port,host:port,...` (any nodes of
             the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster` client.
         **kwargs: as for `RedisStore`.
+
+    Raises:
+        InvalidInput: a bad URL, prefix or client.
+        StoreError: no seed node answers (the client learns the cluster's layout at once).
     """
 
     _cluster = True
