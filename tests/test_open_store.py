@@ -57,3 +57,30 @@ def test_server_stores_load_lazily_and_name_their_extra(monkeypatch):
 
     with pytest.raises(ImportError, match=r"turnlog\[redis\]"):
         turnlog.RedisStore  # noqa: B018
+
+
+def test_open_store_reaches_the_real_servers(postgres_dsn, redis_url):
+    import uuid
+
+    import psycopg
+
+    from turnlog import Message, SessionService
+
+    schema = f"open_store_{uuid.uuid4().hex[:8]}"
+    prefix = f"open-store-{uuid.uuid4().hex[:8]}"
+    try:
+        for url, options in ((postgres_dsn, {"schema": schema}), (redis_url, {"prefix": prefix})):
+            with SessionService(open_store(url, **options)) as service:
+                service.create("s")
+                service.append_message("s", Message.user("hello"))
+                assert service.version("s") == 1
+                assert type(service.store).__name__ in ("PostgresStore", "RedisStore")
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()

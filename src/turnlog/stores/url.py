@@ -12,7 +12,17 @@ from turnlog.stores.base import SessionStore
 
 __all__ = ["SCHEMES", "open_store"]
 
-SCHEMES = ("sqlite", "postgresql", "postgres", "redis", "rediss", "redis+cluster", "memory")
+SCHEMES = (
+    "sqlite",
+    "postgresql",
+    "postgres",
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "memory",
+)
 
 _EXTRAS = {
     "turnlog.stores.postgres": "postgres",
@@ -37,8 +47,8 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
     - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, or a plain file path
     - `postgresql://user@host:5432/db` (extra `turnlog[postgres]`)
-    - `redis://host:6379/0`, `rediss://...` (extra `turnlog[redis]`)
-    - `redis+cluster://host:port,host:port` (extra `turnlog[redis]`)
+    - `redis://host:6379/0`, `rediss://...`, `unix:///path/redis.sock` (extra `turnlog[redis]`)
+    - `redis+cluster://host:port,host:port`, `rediss+cluster://...` (extra `turnlog[redis]`)
     - `memory://`
 
     Args:
@@ -75,10 +85,10 @@ def open_store(url: str, **options: Any) -> SessionStore:
             url, **options
         )
         return store
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "unix"):
         store = load_optional("turnlog.stores.redis", "RedisStore")(url, **options)
         return store
-    if scheme == "redis+cluster":
+    if scheme in ("redis+cluster", "rediss+cluster"):
         store = load_optional("turnlog.stores.redis", "RedisClusterStore")(url, **options)
         return store
     raise InvalidInput(
