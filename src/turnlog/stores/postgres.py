@@ -20,7 +20,7 @@ from typing import Any, Final
 try:
     import psycopg
     from psycopg import errors as pgerrors
-    from psycopg import pq
+    from psycopg import pq, sql
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -50,8 +50,10 @@ from turnlog.stores.postgres_queries import Queries
 from turnlog.stores.postgres_schema import (
     MAX_INDEXED_BYTES,
     SCHEMA_VERSION,
+    _partition_count,
     check_schema_name,
     ensure_schema,
+    lock_class,
     migrate,
 )
 
@@ -61,6 +63,22 @@ DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 1000
 _KEEP_IDLE_SECONDS: Final = 60.0
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
+
+# The fast path of a version-checked one-event append on an unpartitioned schema: the shared
+# per-session lock (deletes take it exclusive), then the insert at seq v+1 if the log is at v.
+# No row back means the session is missing or not at v; a unique violation means another writer
+# or an id already stored. Either way `append_check` says which.
+_DIRECT_ONE: Final = (
+    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
+    "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
+    "FROM (SELECT pg_advisory_xact_lock_shared({lock}, hashtext(%(sid)s::text))) AS l "
+    "WHERE CASE WHEN %(v)s::bigint = 0 "
+    "THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text) "
+    "ELSE EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = %(sid)s::text "
+    "AND e.seq = %(v)s::bigint) END "
+    "RETURNING seq"
+)
 
 Pool = ConnectionPool[psycopg.Connection[Any]]
 
@@ -271,6 +289,15 @@ class PostgresStore:
                     indexed_keys=list(indexed_keys),
                 )
                 self._q = Queries.render(self.schema, conn)
+                # Unpartitioned, a version-checked single append needs no function: one plain
+                # statement (no plpgsql, no SPI) does the lock, the check and the insert.
+                self._direct_one: str | None = None
+                if _partition_count(conn, self.schema) is None:
+                    self._direct_one = (
+                        sql.SQL(_DIRECT_ONE)
+                        .format(s=sql.Identifier(self.schema), lock=lock_class(self.schema))
+                        .as_string(conn)
+                    )
         except BaseException:
             self.close()
             raise
@@ -438,9 +465,28 @@ class PostgresStore:
         micros = to_micros(now)
         one = events[0]
         batch: _Batch | None = None
-        if len(events) == 1 and one.type.name != "COMPACTION":
-            # The common case, without the column arrays: one event, scalar parameters.
+        if (
+            len(events) == 1
+            and expected is not None
+            and self._direct_one is not None
+            and (one.type.name != "COMPACTION")
+        ):
             fast: tuple[str, Any] = (
+                self._direct_one,
+                {
+                    "sid": session_id,
+                    "v": expected,
+                    "id": one.id,
+                    "type": one.type.name,
+                    "ts": micros if one.timestamp is None else to_micros(one.timestamp),
+                    "role": one.role,
+                    "syn": one.synthetic,
+                    "body": encode_body(one),
+                },
+            )
+        elif len(events) == 1 and one.type.name != "COMPACTION":
+            # The common case, without the column arrays: one event, scalar parameters.
+            fast = (
                 self._q.append_one,
                 (
                     session_id,
