@@ -112,6 +112,7 @@ class SqliteStore:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._closed = False
         self._ensure_schema()
 
@@ -157,6 +158,12 @@ class SqliteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        # Threads of this process queue on a lock; other processes queue in SQLite's busy
+        # handler, which polls with sleeps and would make threads wait far longer than needed.
+        with self._write_lock:
+            yield from self._write_locked()
+
+    def _write_locked(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
