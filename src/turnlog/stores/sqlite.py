@@ -69,6 +69,10 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 
 _COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
+_VERSION: Final = (
+    "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
+    "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
+)
 _INSERT: Final = (
     "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -317,8 +321,56 @@ class SqliteStore:
     def append_events(
         self, session_id: str, events: Sequence[SessionEvent], expected_version: int
     ) -> int:
+        if isinstance(events, (list, tuple)) and len(events) == 1:
+            one = events[0]
+            if (
+                isinstance(one, SessionEvent)
+                and one.session_id == session_id  # validated when the event was built
+                and one.type is not EventType.COMPACTION
+                and type(expected_version) is int
+                and expected_version >= 0
+            ):
+                version = self._append_one(session_id, one, expected_version)
+                if version is not None:
+                    return version
         batch = check_batch(session_id, events, expected_version)
         return self._append(session_id, batch, expected_version, want_copies=False)[0]
+
+    def _append_one(self, session_id: str, event: SessionEvent, expected: int) -> int | None:
+        """The commonest append, one message at its expected version, with nothing around it.
+
+        Returns the new version, or None when it wrote nothing because the general path has to
+        decide (another version, an unknown session, an id already stored).
+        """
+        body = encode_body(event)
+        micros = to_micros(event.timestamp or self._clock())
+        conn = self._conn()
+        with self._write_lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from exc
+            done = False
+            try:
+                row = conn.execute(_VERSION, (session_id,)).fetchone()
+                if row[1] and (row[0] or 0) == expected:
+                    try:
+                        conn.execute(
+                            _INSERT,
+                            (session_id, expected + 1, event.id, event.type.name, micros,
+                             event.role, int(event.synthetic), body),
+                        )  # fmt: skip
+                    except sqlite3.IntegrityError:
+                        return None
+                    conn.execute("COMMIT")
+                    done = True
+                    return expected + 1
+                return None
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from exc
+            finally:
+                if not done:
+                    conn.execute("ROLLBACK")
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
         check_batch(event.session_id, [event], 0)
@@ -516,8 +568,7 @@ class SqliteStore:
 
     def _locked_version(self, conn: sqlite3.Connection, session_id: str) -> int:
         row = conn.execute(
-            "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
-            "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)",
+            _VERSION,
             (session_id,),
         ).fetchone()
         if not row[1]:
