@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from turnlog import MemoryStore, SessionService, SqliteStore
+
 POSTGRES_DSN = os.environ.get(
     "TURNLOG_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test"
 )
@@ -51,3 +53,11 @@ def postgres_dsn() -> str:
 def redis_url() -> str:
     """The URL of a reachable Redis server."""
     return require_server(REDIS_URL, 6379, "Redis", "TURNLOG_TEST_REDIS_URL")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def service(request, tmp_path):
+    """A SessionService on a MemoryStore and on a SQLite file (the test runs once with each)."""
+    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
+    with SessionService(store) as svc:
+        yield svc

@@ -12,22 +12,11 @@ from turnlog import (
     CompactionWindow,
     EventType,
     InvalidInput,
-    MemoryStore,
     Message,
-    SessionService,
-    SqliteStore,
     WindowCompactionStrategy,
     event_text,
 )
 from turnlog.compaction import SummaryRequest
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
-        yield svc
-
 
 _ROLES = {"s": Message.system, "u": Message.user, "a": Message.assistant}
 

@@ -9,13 +9,10 @@ from turnlog import (
     CorruptData,
     EventType,
     InvalidInput,
-    MemoryStore,
     Message,
     SessionAlreadyExists,
     SessionEvent,
     SessionNotFound,
-    SessionService,
-    SqliteStore,
     StoreError,
     ToolCall,
     ToolResult,
@@ -25,13 +22,6 @@ from turnlog import (
 from turnlog.events import MAX_ID_LENGTH, check_id, check_json
 
 AUDIT = EventType.of("ACME.AUDIT")
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
-        yield svc
 
 
 @pytest.fixture

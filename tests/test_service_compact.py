@@ -12,25 +12,15 @@ from turnlog import (
     CorruptData,
     EventType,
     InvalidInput,
-    MemoryStore,
     Message,
     SessionEvent,
     SessionNotFound,
-    SessionService,
-    SqliteStore,
     WindowCompactionStrategy,
     event_text,
 )
 from turnlog.events import new_id
 
 AUDIT = EventType.of("ACME.AUDIT")
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
-        yield svc
 
 
 def always(request):

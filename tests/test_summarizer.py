@@ -9,23 +9,13 @@ from turnlog import (
     ChatModelSummarizer,
     CompactionWindow,
     InvalidInput,
-    MemoryStore,
     Message,
-    SessionService,
-    SqliteStore,
     ToolCall,
     ToolResult,
     WindowCompactionStrategy,
 )
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT, DEFAULT_SUMMARY_SYSTEM_PROMPT
 from turnlog.testing import ScriptedChatModel
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
-        yield svc
 
 
 def add(service, sid, *messages):

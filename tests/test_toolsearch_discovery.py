@@ -8,7 +8,6 @@ from turnlog import (
     CompactionWindow,
     EventFilter,
     EventType,
-    MemoryStore,
     Message,
     SessionEvent,
     SessionNotFound,
@@ -31,13 +30,6 @@ WEATHER = ToolReference("get_weather", "Current weather for a city.")
 EMAIL = ToolReference("send_email", "Send an email to a recipient.")
 STOCK = ToolReference("stock_quote", "Latest stock price for a ticker.")
 TOOLS = [WEATHER, EMAIL, STOCK]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as service:
-        yield service
 
 
 def offered(search, session_id):

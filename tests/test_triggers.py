@@ -8,23 +8,13 @@ from turnlog import (
     CompactionWindow,
     CompositeCompactionTrigger,
     InvalidInput,
-    MemoryStore,
     Message,
-    SessionService,
-    SqliteStore,
     TokenCountTrigger,
     TurnCountTrigger,
     WindowCompactionStrategy,
     event_text,
 )
 from turnlog.compaction import count_turns, sent_events
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def service(request, tmp_path):
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
-        yield svc
 
 
 def add(service, sid, *messages):
