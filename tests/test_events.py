@@ -258,7 +258,8 @@ def test_deep_nesting_is_refused():
 )
 def test_json_payloads(value):
     check_json(value, "payload")
-    assert SessionEvent.for_payload("s1", AUDIT, value).payload == value
+    expected = list(value) if isinstance(value, tuple) else value
+    assert SessionEvent.for_payload("s1", AUDIT, value).payload == expected
 
 
 @pytest.mark.parametrize("value", NOT_JSON)

@@ -29,6 +29,7 @@ __all__ = [
     "check_id",
     "check_json",
     "new_id",
+    "plain_json",
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -75,8 +76,13 @@ def check_id(value: object, what: str) -> str:
     return text
 
 
-def check_json(value: object, what: str) -> None:
-    """Raise `InvalidInput` unless `value` is plain JSON (see `JsonValue`)."""
+def check_json(value: object, what: str) -> bool:
+    """Raise `InvalidInput` unless `value` is plain JSON (see `JsonValue`).
+
+    Returns:
+        True when `value` holds a tuple, which stores give back as a list (see `plain_json`).
+    """
+    has_tuple = False
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -92,6 +98,7 @@ def check_json(value: object, what: str) -> None:
                 raise InvalidInput(f"{what} holds {item!r}, which JSON cannot carry")
             continue
         if isinstance(item, (list, tuple)):
+            has_tuple = has_tuple or isinstance(item, tuple)
             stack.extend((v, depth + 1) for v in item)
             continue
         if isinstance(item, dict):
@@ -105,6 +112,16 @@ def check_json(value: object, what: str) -> None:
             f"{what} holds a {type(item).__name__}, which is not JSON: "
             "use dicts, lists, strings, numbers, booleans and None"
         )
+    return has_tuple
+
+
+def plain_json(value: JsonValue) -> JsonValue:
+    """`value` (checked JSON) with every tuple turned into a list, as every store returns it."""
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    return value
 
 
 def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, JsonValue]:
@@ -113,7 +130,8 @@ def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, 
     if not isinstance(value, Mapping):
         raise InvalidInput(f"{what} must be a mapping, got {type(value).__name__}")
     as_dict = dict(value)
-    check_json(as_dict, what)
+    if check_json(as_dict, what):
+        as_dict = plain_json(as_dict)
     return as_dict
 
 
@@ -290,7 +308,8 @@ class SessionEvent:
         else:
             if self.message is not None:
                 raise InvalidInput(f"a {self.type.name} event carries a payload, not a message")
-            check_json(self.payload, f"the payload of event {self.id!r}")
+            if check_json(self.payload, f"the payload of event {self.id!r}"):
+                object.__setattr__(self, "payload", plain_json(self.payload))
         if self.synthetic and self.type != EventType.MESSAGE:
             raise InvalidInput("only message events can be synthetic")
         object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))

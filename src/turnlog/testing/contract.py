@@ -265,6 +265,15 @@ class StoreContract:
                 before.metadata,
             )
 
+    def test_tuples_come_back_as_lists(self, store: SessionStore, sid: str) -> None:
+        event = SessionEvent.for_payload(
+            sid, AUDIT, {"pair": (1, (2, 3))}, metadata={"tags": ("a", "b")}
+        )
+        store.append_events(sid, [event], 0)
+        stored = store.events(sid)[0]
+        assert stored.payload == {"pair": [1, [2, 3]]}
+        assert stored.metadata == {"tags": ["a", "b"]}
+
     def test_a_given_timestamp_is_kept(self, store: SessionStore, sid: str) -> None:
         when = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
         store.append_events(
