@@ -172,3 +172,39 @@ def test_appended_events_must_belong_to_the_session(service):
     with pytest.raises(InvalidInput):
         service.append_events("a", [SessionEvent.for_message("b", Message.user("x"))], 0)
     assert service.version("a") == service.version("b") == 0
+
+
+def test_compact_retries_a_lost_race_on_the_new_view(service):
+    service.create("s")
+    for i in range(4):
+        service.append_message("s", Message.user(f"u{i}"))
+        service.append_message("s", Message.assistant(f"a{i}"))
+    races = []
+
+    def racing_once(request):
+        if not races:  # another writer gets in first, once
+            races.append(service.append_message("s", Message.user("meanwhile")))
+        return True
+
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    result = service.compact("s", racing_once, strategy, retries=1)
+    assert not result.unchanged and not result.conflict
+    assert [e.message.text for e in service.view("s") if e.message] == ["meanwhile"]
+    assert service.version("s") == 10  # 8 + the racing append + one boundary
+
+
+def test_compact_gives_up_after_its_retries(service):
+    service.create("s")
+    for i in range(3):
+        service.append_message("s", Message.user(f"u{i}"))
+
+    def always_racing(request):
+        service.append_message("s", Message.assistant("meanwhile"))
+        return True
+
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    result = service.compact("s", always_racing, strategy, retries=2)
+    assert result.unchanged and result.conflict
+    assert service.version("s") == 6  # three racing appends, no boundary
+    with pytest.raises(InvalidInput):
+        service.compact("s", always_racing, strategy, retries=-1)

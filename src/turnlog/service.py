@@ -189,7 +189,12 @@ class SessionService:
     # -- compaction -------------------------------------------------------------------------
 
     def compact(
-        self, session_id: str, trigger: CompactionTrigger, strategy: CompactionStrategy
+        self,
+        session_id: str,
+        trigger: CompactionTrigger,
+        strategy: CompactionStrategy,
+        *,
+        retries: int = 0,
     ) -> CompactionResult:
         """Compact the session if `trigger` fires.
 
@@ -199,24 +204,36 @@ class SessionService:
         Returns:
             The result. Unchanged when the trigger did not fire or nothing left the view;
             unchanged with `conflict=True` when another writer appended meanwhile (nothing was
-            written, nothing raised: compact again if you still want to).
+            written, nothing raised: compact again if you still want to). With `retries=N`, a
+            pass that lost the race is run again on the new view, up to N more times.
 
         Raises:
             SessionNotFound: no such session.
             Exception: whatever the summarizer raised; nothing was written.
         """
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidInput(f"retries must be an integer >= 0, got {retries!r}")
         session = self.get(session_id)
-        version = self.store.version(session_id)
-        view = self.store.view(session_id)
+        for _ in range(retries + 1):
+            result = self._compact_once(session, trigger, strategy)
+            if not result.conflict:
+                return result
+        return result
+
+    def _compact_once(
+        self, session: Session, trigger: CompactionTrigger, strategy: CompactionStrategy
+    ) -> CompactionResult:
+        version = self.store.version(session.id)
+        view = self.store.view(session.id)
         request = CompactionRequest.of(session, view)
         if not trigger(request):
             return CompactionResult.nothing(view)
         result = strategy.compact(request)
-        to_append = result.events_to_append(session_id)
+        to_append = result.events_to_append(session.id)
         if not to_append:
             return result
         try:
-            self.store.append_events(session_id, to_append, version)
+            self.store.append_events(session.id, to_append, version)
         except VersionConflict:
             return result.as_conflict()
         return result
