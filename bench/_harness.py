@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import turnlog
 from turnlog import Message, SessionEvent, ToolCall, ToolResult
@@ -163,3 +164,25 @@ def ms(seconds: float) -> str:
 
 def per_second(seconds_per_op: float) -> str:
     return f"{1 / seconds_per_op:,.0f}"
+
+
+class Cursor:
+    """Where a writer is in its pre-built events, and the version it expects next."""
+
+    def __init__(self) -> None:
+        self.at = 0
+        self.version = 0
+
+
+def store_writer(store: Any, session: str, events: list[SessionEvent]) -> Callable[[int], None]:
+    """A writer that appends the next `n` events, one per call, each with its expected version."""
+    cur = Cursor()
+
+    def run(n: int) -> None:
+        version = cur.version
+        for event in events[cur.at : cur.at + n]:
+            version = store.append_events(session, [event], version)
+        cur.at += n
+        cur.version = version
+
+    return run

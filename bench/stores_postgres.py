@@ -44,6 +44,7 @@ from psycopg import sql  # noqa: E402
 
 from _harness import (  # noqa: E402
     Block,
+    Cursor,
     conversation,
     interleave,
     machine,
@@ -51,6 +52,7 @@ from _harness import (  # noqa: E402
     ms,
     parse_args,
     per_second,
+    store_writer,
     table,
     verdict,
 )
@@ -76,27 +78,6 @@ def rows_of(session: str, events: list[SessionEvent]) -> list[tuple[Any, ...]]:
         (session, seq, e.id, e.type.name, now + seq, e.role, e.synthetic, encode_body(e))
         for seq, e in enumerate(events, start=1)
     ]
-
-
-class Cursor:
-    """Where a contender is in its pre-built events."""
-
-    def __init__(self) -> None:
-        self.at = 0
-        self.version = 0
-
-
-def store_writer(store: PostgresStore, session: str, events: list[SessionEvent]) -> Any:
-    cur = Cursor()
-
-    def run(n: int) -> None:
-        version = cur.version
-        for event in events[cur.at : cur.at + n]:
-            version = store.append_events(session, [event], version)
-        cur.at += n
-        cur.version = version
-
-    return run
 
 
 def bare_writer(conn: psycopg.Connection[Any], insert: str, rows: list[tuple[Any, ...]]) -> Any:

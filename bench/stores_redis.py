@@ -49,12 +49,14 @@ import redis  # noqa: E402
 
 from _harness import (  # noqa: E402
     Block,
+    Cursor,
     conversation,
     interleave,
     machine,
     message_events,
     ms,
     per_second,
+    store_writer,
     table,
     verdict,
 )
@@ -83,27 +85,6 @@ def record(event: SessionEvent, now: int) -> bytes:
     """The record the store writes for `event` (header line, then the codec body)."""
     head = f'["{event.id}","{event.type.name}",{now},{int(event.synthetic)}]'.encode()
     return head + b"\n" + encode_body(event)
-
-
-class Cursor:
-    """Where a writer is in its pre-built events."""
-
-    def __init__(self) -> None:
-        self.at = 0
-        self.version = 0
-
-
-def store_writer(store: RedisStore, session: str, events: list[SessionEvent]) -> Any:
-    cur = Cursor()
-
-    def run(n: int) -> None:
-        version = cur.version
-        for event in events[cur.at : cur.at + n]:
-            version = store.append_events(session, [event], version)
-        cur.at += n
-        cur.version = version
-
-    return run
 
 
 BARE_SCRIPT = """

@@ -39,6 +39,7 @@ from _harness import (  # noqa: E402
     ms,
     parse_args,
     per_second,
+    store_writer,
     table,
     verdict,
 )
@@ -95,19 +96,6 @@ def together(pool: ThreadPoolExecutor, jobs: list[Any], per_block: int) -> Block
     return block
 
 
-def store_job(store: SqliteStore, session: str, events: list[SessionEvent]) -> Any:
-    state = {"at": 0, "version": 0}
-
-    def run(n: int) -> None:
-        version = state["version"]
-        for event in events[state["at"] : state["at"] + n]:
-            version = store.append_events(session, [event], version)
-        state["at"] += n
-        state["version"] = version
-
-    return run
-
-
 def bare_job(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> Any:
     state = {"at": 0}
 
@@ -140,7 +128,7 @@ def main() -> None:
             session = f"writer-{w}"
             store.create_session(Session(session, created_at=datetime.now(UTC)))
             events = message_events(session, talk, need, id_prefix=f"s{w}-")
-            store_jobs.append(store_job(store, session, events))
+            store_jobs.append(store_writer(store, session, events))
             bare_events = message_events(session, talk, need, id_prefix=f"b{w}-")
             bare_jobs.append(bare_job(bare_conns[w], rows_of(session, bare_events)))
         with ThreadPoolExecutor(WRITERS) as pool:
