@@ -14,67 +14,39 @@ server): the concurrency tests then race two handles instead of one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from turnlog.compaction import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
-from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
+from turnlog.events import EventType, Message, SessionEvent, ToolCall, ToolResult
 from turnlog.stores.base import EventFilter, SessionStore
+from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
+from turnlog.testing.contract_atomicity import AtomicityContract
+from turnlog.testing.contract_races import RaceContract
+from turnlog.testing.contract_regressions import RegressionContract
+from turnlog.testing.contract_validation import ValidationContract
+from turnlog.testing.contract_view_rules import ViewRuleContract
 
 __all__ = ["StoreContract"]
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-AUDIT = EventType.of("ACME.AUDIT")
 
-
-def _session(session_id: str, **kw: Any) -> Session:
-    return Session(id=session_id, created_at=kw.pop("created_at", T0), **kw)
-
-
-def _msg(session_id: str, message: Message, event_id: str | None = None) -> SessionEvent:
-    return SessionEvent.for_message(session_id, message, event_id=event_id)
-
-
-def _turn(session_id: str, n: int) -> list[SessionEvent]:
-    return [
-        _msg(session_id, Message.user(f"question {n}")),
-        _msg(session_id, Message.assistant(f"answer {n}")),
-    ]
-
-
-class StoreContract:
+class StoreContract(
+    RaceContract,
+    AtomicityContract,
+    ValidationContract,
+    ViewRuleContract,
+    RegressionContract,
+    ContractBase,
+):
     """The contract suite. Subclasses implement `make_store`."""
-
-    def make_store(self, tmp_path: Path) -> SessionStore:
-        """A new, empty store for one test."""
-        raise NotImplementedError
-
-    def open_again(self, store: SessionStore, tmp_path: Path) -> SessionStore:
-        """A second handle on the same data; the same object by default."""
-        return store
-
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[SessionStore]:
-        store = self.make_store(tmp_path)
-        try:
-            yield store
-        finally:
-            store.close()
-
-    @pytest.fixture
-    def sid(self, store: SessionStore) -> str:
-        store.create_session(_session("s1"))
-        return "s1"
 
     # -- sessions ---------------------------------------------------------------------------
 
     def test_created_session_is_found_as_saved(self, store: SessionStore) -> None:
-        session = _session("a", expires_at=T0 + timedelta(hours=1), metadata={"owner": "ann"})
+        session = session_at("a", expires_at=T0 + timedelta(hours=1), metadata={"owner": "ann"})
         store.create_session(session)
         assert store.find_session("a") == session
 
@@ -83,25 +55,25 @@ class StoreContract:
 
     def test_creating_a_taken_id_raises(self, store: SessionStore, sid: str) -> None:
         with pytest.raises(SessionAlreadyExists):
-            store.create_session(_session(sid))
+            store.create_session(session_at(sid))
 
     def test_save_session_updates_metadata_and_keeps_the_log(
         self, store: SessionStore, sid: str
     ) -> None:
-        store.append_events(sid, _turn(sid, 1), 0)
-        store.save_session(_session(sid, metadata={"owner": "bob"}))
+        store.append_events(sid, turn(sid, 1), 0)
+        store.save_session(session_at(sid, metadata={"owner": "bob"}))
         found = store.find_session(sid)
         assert found is not None and found.metadata == {"owner": "bob"}
         assert store.version(sid) == 2
 
     def test_list_sessions_newest_first(self, store: SessionStore) -> None:
         for i in range(3):
-            store.create_session(_session(f"s{i}", created_at=T0 + timedelta(minutes=i)))
+            store.create_session(session_at(f"s{i}", created_at=T0 + timedelta(minutes=i)))
         assert [s.id for s in store.list_sessions()] == ["s2", "s1", "s0"]
         assert [s.id for s in store.list_sessions(limit=1)] == ["s2"]
 
     def test_delete_removes_session_and_log(self, store: SessionStore, sid: str) -> None:
-        store.append_events(sid, _turn(sid, 1), 0)
+        store.append_events(sid, turn(sid, 1), 0)
         assert store.delete_session(sid) is True
         assert store.find_session(sid) is None
         with pytest.raises(SessionNotFound):
@@ -109,32 +81,32 @@ class StoreContract:
         assert store.delete_session(sid) is False
 
     def test_deleted_session_ids_can_be_reused(self, store: SessionStore, sid: str) -> None:
-        events = _turn(sid, 1)
+        events = turn(sid, 1)
         store.append_events(sid, events, 0)
         store.delete_session(sid)
-        store.create_session(_session(sid))
+        store.create_session(session_at(sid))
         assert store.append_events(sid, events, 0) == 2
 
     def test_delete_expired_deletes_only_expired_sessions(self, store: SessionStore) -> None:
-        store.create_session(_session("old", expires_at=T0 + timedelta(minutes=1)))
-        store.create_session(_session("edge", expires_at=T0 + timedelta(minutes=5)))
-        store.create_session(_session("new", expires_at=T0 + timedelta(hours=1)))
-        store.create_session(_session("forever"))
-        store.append_events("old", _turn("old", 1), 0)
+        store.create_session(session_at("old", expires_at=T0 + timedelta(minutes=1)))
+        store.create_session(session_at("edge", expires_at=T0 + timedelta(minutes=5)))
+        store.create_session(session_at("new", expires_at=T0 + timedelta(hours=1)))
+        store.create_session(session_at("forever"))
+        store.append_events("old", turn("old", 1), 0)
         assert store.delete_expired(T0 + timedelta(minutes=5)) == 2
         assert {s.id for s in store.list_sessions()} == {"new", "forever"}
         with pytest.raises(SessionNotFound):
             store.events("old")
 
     def test_extended_ttl_is_kept_by_delete_expired(self, store: SessionStore) -> None:
-        store.create_session(_session("a", expires_at=T0 + timedelta(minutes=1)))
-        store.save_session(_session("a", expires_at=T0 + timedelta(hours=2)))
+        store.create_session(session_at("a", expires_at=T0 + timedelta(minutes=1)))
+        store.save_session(session_at("a", expires_at=T0 + timedelta(hours=2)))
         assert store.delete_expired(T0 + timedelta(hours=1)) == 0
         assert store.find_session("a") is not None
 
     def test_find_by_metadata_matches_value_and_type(self, store: SessionStore) -> None:
-        store.create_session(_session("a", metadata={"owner": "ann", "tier": 1, "vip": True}))
-        store.create_session(_session("b", metadata={"owner": "bob", "tier": "1", "vip": False}))
+        store.create_session(session_at("a", metadata={"owner": "ann", "tier": 1, "vip": True}))
+        store.create_session(session_at("b", metadata={"owner": "bob", "tier": "1", "vip": False}))
         assert [s.id for s in store.find_by_metadata("owner", "ann")] == ["a"]
         assert [s.id for s in store.find_by_metadata("tier", 1)] == ["a"]
         assert [s.id for s in store.find_by_metadata("tier", "1")] == ["b"]
@@ -144,8 +116,8 @@ class StoreContract:
     def test_find_by_metadata_treats_special_characters_literally(
         self, store: SessionStore
     ) -> None:
-        store.create_session(_session("a", metadata={"o'wn%er*": 'x"{y}\n%'}))
-        store.create_session(_session("b", metadata={"owner": "anything"}))
+        store.create_session(session_at("a", metadata={"o'wn%er*": 'x"{y}\n%'}))
+        store.create_session(session_at("b", metadata={"owner": "anything"}))
         assert [s.id for s in store.find_by_metadata("o'wn%er*", 'x"{y}\n%')] == ["a"]
         assert store.find_by_metadata("o%", "%") == []
 
@@ -159,8 +131,8 @@ class StoreContract:
     def test_append_returns_the_new_version_and_assigns_seqs(
         self, store: SessionStore, sid: str
     ) -> None:
-        assert store.append_events(sid, _turn(sid, 1), 0) == 2
-        assert store.append_events(sid, _turn(sid, 2), 2) == 4
+        assert store.append_events(sid, turn(sid, 1), 0) == 2
+        assert store.append_events(sid, turn(sid, 2), 2) == 4
         stored = store.events(sid)
         assert [e.seq for e in stored] == [1, 2, 3, 4]
         assert all(
@@ -170,22 +142,22 @@ class StoreContract:
     def test_stale_expected_version_raises_and_writes_nothing(
         self, store: SessionStore, sid: str
     ) -> None:
-        store.append_events(sid, _turn(sid, 1), 0)
+        store.append_events(sid, turn(sid, 1), 0)
         with pytest.raises(VersionConflict) as info:
-            store.append_events(sid, _turn(sid, 2), 1)
+            store.append_events(sid, turn(sid, 2), 1)
         assert (info.value.session_id, info.value.expected, info.value.actual) == (sid, 1, 2)
         with pytest.raises(VersionConflict):
-            store.append_events(sid, _turn(sid, 3), 5)
+            store.append_events(sid, turn(sid, 3), 5)
         assert store.version(sid) == 2
 
     def test_append_event_always_appends_at_the_end(self, store: SessionStore, sid: str) -> None:
-        store.append_events(sid, _turn(sid, 1), 0)
-        stored = store.append_event(_msg(sid, Message.user("more")))
+        store.append_events(sid, turn(sid, 1), 0)
+        stored = store.append_event(msg(sid, Message.user("more")))
         assert stored.seq == 3
         assert store.version(sid) == 3
 
     def test_reappending_an_id_is_a_no_op(self, store: SessionStore, sid: str) -> None:
-        events = _turn(sid, 1)
+        events = turn(sid, 1)
         store.append_events(sid, events, 0)
         assert store.append_events(sid, events, 0) == 2
         assert store.append_events(sid, events, 2) == 2
@@ -194,65 +166,65 @@ class StoreContract:
         assert [e.id for e in store.events(sid)] == [e.id for e in events]
 
     def test_an_id_of_another_session_is_refused(self, store: SessionStore, sid: str) -> None:
-        store.create_session(_session("other"))
-        store.append_events("other", [_msg("other", Message.user("hi"), "shared-id")], 0)
+        store.create_session(session_at("other"))
+        store.append_events("other", [msg("other", Message.user("hi"), "shared-id")], 0)
         with pytest.raises(InvalidInput):
-            store.append_events(sid, [_msg(sid, Message.user("hi"), "shared-id")], 0)
+            store.append_events(sid, [msg(sid, Message.user("hi"), "shared-id")], 0)
         assert store.version(sid) == 0
 
     def test_batches_are_all_or_nothing(self, store: SessionStore, sid: str) -> None:
-        store.create_session(_session("other"))
-        store.append_events("other", [_msg("other", Message.user("x"), "taken")], 0)
-        batch = [*_turn(sid, 1), _msg(sid, Message.user("y"), "taken")]
+        store.create_session(session_at("other"))
+        store.append_events("other", [msg("other", Message.user("x"), "taken")], 0)
+        batch = [*turn(sid, 1), msg(sid, Message.user("y"), "taken")]
         with pytest.raises(InvalidInput):
             store.append_events(sid, batch, 0)
         assert store.version(sid) == 0
         bad_boundary = SessionEvent.for_payload(sid, EventType.COMPACTION, {"nonsense": 1})
         with pytest.raises(InvalidInput):
-            store.append_events(sid, [*_turn(sid, 2), bad_boundary], 0)
+            store.append_events(sid, [*turn(sid, 2), bad_boundary], 0)
         assert store.version(sid) == 0
 
     def test_a_batch_with_a_repeated_id_is_refused(self, store: SessionStore, sid: str) -> None:
-        event = _msg(sid, Message.user("hi"))
+        event = msg(sid, Message.user("hi"))
         with pytest.raises(InvalidInput):
             store.append_events(sid, [event, event], 0)
         assert store.version(sid) == 0
 
     def test_an_event_of_another_session_is_refused(self, store: SessionStore, sid: str) -> None:
-        store.create_session(_session("other"))
+        store.create_session(session_at("other"))
         with pytest.raises(InvalidInput):
-            store.append_events(sid, [_msg("other", Message.user("hi"))], 0)
+            store.append_events(sid, [msg("other", Message.user("hi"))], 0)
         assert store.version(sid) == 0 and store.version("other") == 0
 
     def test_unknown_session_raises_session_not_found(self, store: SessionStore) -> None:
         with pytest.raises(SessionNotFound):
-            store.append_events("ghost", _turn("ghost", 1), 0)
+            store.append_events("ghost", turn("ghost", 1), 0)
         with pytest.raises(SessionNotFound):
-            store.append_event(_msg("ghost", Message.user("hi")))
+            store.append_event(msg("ghost", Message.user("hi")))
         for read in (store.version, store.events, store.view):
             with pytest.raises(SessionNotFound):
                 read("ghost")
 
     def test_negative_expected_version_is_invalid(self, store: SessionStore, sid: str) -> None:
         with pytest.raises(InvalidInput):
-            store.append_events(sid, _turn(sid, 1), -1)
+            store.append_events(sid, turn(sid, 1), -1)
 
     def test_events_round_trip_exactly(self, store: SessionStore, sid: str) -> None:
         call = ToolCall("call_1", "get_weather", '{"city": "Zürich"}')
         events = [
-            _msg(sid, Message.system("be brief")),
+            msg(sid, Message.system("be brief")),
             SessionEvent.for_message(
                 sid, Message("user", "¿qué tal? 🌦", metadata={"lang": "es"}), metadata={"k": [1]}
             ),
-            _msg(sid, Message.assistant("checking", [call, ToolCall("c2", "t", "{}")])),
-            _msg(
+            msg(sid, Message.assistant("checking", [call, ToolCall("c2", "t", "{}")])),
+            msg(
                 sid,
                 Message.tool(
                     [ToolResult("call_1", "get_weather", "12°C"), ToolResult("c2", "t", "")]
                 ),
             ),
             SessionEvent.for_payload(sid, AUDIT, {"who": "ann", "n": [1, 2.5, None, True]}),
-            _msg(sid, Message.assistant("12°C in Zürich")),
+            msg(sid, Message.assistant("12°C in Zürich")),
         ]
         store.append_events(sid, events, 0)
         stored = store.events(sid)
@@ -284,24 +256,24 @@ class StoreContract:
     # -- views --------------------------------------------------------------------------------
 
     def test_a_log_without_boundary_is_its_own_view(self, store: SessionStore, sid: str) -> None:
-        events = [*_turn(sid, 1), SessionEvent.for_payload(sid, AUDIT, {"x": 1}), *_turn(sid, 2)]
+        events = [*turn(sid, 1), SessionEvent.for_payload(sid, AUDIT, {"x": 1}), *turn(sid, 2)]
         store.append_events(sid, events, 0)
         assert [e.id for e in store.view(sid)] == [e.id for e in events if e.is_message]
 
     def test_view_follows_the_newest_boundary(self, store: SessionStore, sid: str) -> None:
-        system = _msg(sid, Message.system("sys"))
-        t1, t2, t3 = _turn(sid, 1), _turn(sid, 2), _turn(sid, 3)
+        system = msg(sid, Message.system("sys"))
+        t1, t2, t3 = turn(sid, 1), turn(sid, 2), turn(sid, 3)
         store.append_events(sid, [system, *t1, *t2], 0)
         first = CompactionBoundary("b1", (system.id,), (), tuple(e.id for e in t2), 2, 10, "t")
         store.append_events(sid, [first.to_event(sid), *t3], 5)
         assert [e.id for e in store.view(sid)] == [system.id, *(e.id for e in t2 + t3)]
-        summary = _msg(sid, Message.assistant("summary"))
+        summary = msg(sid, Message.assistant("summary"))
         summary = SessionEvent.for_message(sid, summary.message or Message.user(""), synthetic=True)
         second = CompactionBoundary(
             "b2", (system.id,), (summary.id,), tuple(e.id for e in t3), 2, 5, "t"
         )
         store.append_events(sid, [second.to_event(sid), summary], 8)
-        tail = _turn(sid, 4)
+        tail = turn(sid, 4)
         store.append_events(sid, tail, 10)
         view = store.view(sid)
         assert [e.id for e in view] == [system.id, summary.id, *(e.id for e in t3 + tail)]
@@ -311,7 +283,7 @@ class StoreContract:
     def test_a_boundary_naming_unknown_events_is_refused(
         self, store: SessionStore, sid: str
     ) -> None:
-        store.append_events(sid, _turn(sid, 1), 0)
+        store.append_events(sid, turn(sid, 1), 0)
         boundary = CompactionBoundary("b", ("nope",), (), (), 0, 0, "t")
         with pytest.raises(InvalidInput):
             store.append_events(sid, [boundary.to_event(sid)], 2)
@@ -319,7 +291,7 @@ class StoreContract:
 
     def test_a_boundary_may_not_name_a_custom_event(self, store: SessionStore, sid: str) -> None:
         audit = SessionEvent.for_payload(sid, AUDIT, {"x": 1})
-        store.append_events(sid, [*_turn(sid, 1), audit], 0)
+        store.append_events(sid, [*turn(sid, 1), audit], 0)
         boundary = CompactionBoundary("b", (audit.id,), (), (), 0, 0, "t")
         with pytest.raises(InvalidInput):
             store.append_events(sid, [boundary.to_event(sid)], 3)
@@ -329,7 +301,7 @@ class StoreContract:
     def test_filter_by_type_role_and_synthetic(self, store: SessionStore, sid: str) -> None:
         audit = SessionEvent.for_payload(sid, AUDIT, {"x": 1})
         shadow = SessionEvent.for_message(sid, Message.user("recap?"), synthetic=True)
-        store.append_events(sid, [*_turn(sid, 1), audit, shadow, *_turn(sid, 2)], 0)
+        store.append_events(sid, [*turn(sid, 1), audit, shadow, *turn(sid, 2)], 0)
         assert [e.id for e in store.events(sid, EventFilter(event_types={AUDIT}))] == [audit.id]
         users = store.events(sid, EventFilter(roles={"user"}))
         assert [e.message.text for e in users if e.message] == [
@@ -342,12 +314,12 @@ class StoreContract:
 
     def test_last_n_extends_back_to_the_turn_start(self, store: SessionStore, sid: str) -> None:
         events = [
-            _msg(sid, Message.user("u1")),
-            _msg(sid, Message.assistant("a1")),
-            _msg(sid, Message.user("u2")),
-            _msg(sid, Message.assistant(None, [ToolCall("c", "f", "{}")])),
-            _msg(sid, Message.tool(ToolResult("c", "f", "ok"))),
-            _msg(sid, Message.assistant("a2")),
+            msg(sid, Message.user("u1")),
+            msg(sid, Message.assistant("a1")),
+            msg(sid, Message.user("u2")),
+            msg(sid, Message.assistant(None, [ToolCall("c", "f", "{}")])),
+            msg(sid, Message.tool(ToolResult("c", "f", "ok"))),
+            msg(sid, Message.assistant("a2")),
         ]
         store.append_events(sid, events, 0)
         got = store.events(sid, EventFilter.last_n(2))
@@ -355,7 +327,7 @@ class StoreContract:
         assert len(store.events(sid, EventFilter.last_n(10))) == 6
 
     def test_active_filter_reads_the_view(self, store: SessionStore, sid: str) -> None:
-        t1, t2 = _turn(sid, 1), _turn(sid, 2)
+        t1, t2 = turn(sid, 1), turn(sid, 2)
         store.append_events(sid, [*t1, *t2], 0)
         boundary = CompactionBoundary("b", (), (), tuple(e.id for e in t2), 2, 1, "t")
         store.append_events(sid, [boundary.to_event(sid)], 4)
@@ -367,8 +339,8 @@ class StoreContract:
     def test_sessions_with_hostile_ids_stay_apart(self, store: SessionStore) -> None:
         ids = ["a'b", 'a"b', "a%", "%", "{a}", "a*", "a\\b", "ünï €", "a b", "a_"]
         for i, session_id in enumerate(ids):
-            store.create_session(_session(session_id))
-            store.append_events(session_id, _turn(session_id, i), 0)
+            store.create_session(session_at(session_id))
+            store.append_events(session_id, turn(session_id, i), 0)
         for i, session_id in enumerate(ids):
             texts = [e.message.text for e in store.events(session_id) if e.message]
             assert texts == [f"question {i}", f"answer {i}"]
@@ -377,14 +349,14 @@ class StoreContract:
         self, store: SessionStore, sid: str, tmp_path: Path
     ) -> None:
         other = self.open_again(store, tmp_path)
-        store.append_events(sid, _turn(sid, 0), 0)
+        store.append_events(sid, turn(sid, 0), 0)
         outcomes: list[str] = []
         barrier = threading.Barrier(2)
 
         def write(handle: SessionStore, n: int) -> None:
             barrier.wait()
             try:
-                handle.append_events(sid, _turn(sid, n), 2)
+                handle.append_events(sid, turn(sid, n), 2)
                 outcomes.append("won")
             except VersionConflict:
                 outcomes.append("conflict")
@@ -408,7 +380,7 @@ class StoreContract:
         def write(w: int) -> None:
             handle = handles[w % 2]
             for i in range(per_writer):
-                event = _msg(sid, Message.user(f"w{w}-{i}"), event_id=f"w{w}-{i}")
+                event = msg(sid, Message.user(f"w{w}-{i}"), event_id=f"w{w}-{i}")
                 while True:
                     try:
                         handle.append_events(sid, [event], handle.version(sid))
