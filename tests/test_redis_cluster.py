@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from redis_cluster import RedisCluster, ServerUnavailable, binaries, free_ports, skip_or_fail
+from redis_cluster import free_ports
 from test_redis_store import RedisChecks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
 from turnlog.stores.redis import RedisClusterStore, RedisStore
@@ -21,13 +21,8 @@ from turnlog.testing import StoreContract
 
 
 @pytest.fixture(scope="module")
-def cluster_url():
-    try:
-        binaries()
-    except ServerUnavailable as exc:
-        skip_or_fail(str(exc))
-    with RedisCluster.start() as cluster:
-        yield cluster.url
+def cluster_url(redis_cluster_url):
+    return redis_cluster_url
 
 
 class _OnCluster:

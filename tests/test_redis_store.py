@@ -18,7 +18,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from redis_cluster import RedisServer, ServerUnavailable, binaries, free_ports, skip_or_fail
+from redis_cluster import RedisServer, free_ports
 from turnlog import (
     CompactionBoundary,
     CorruptData,
@@ -409,10 +409,6 @@ class TestRedisClients:
 @pytest.fixture(scope="module")
 def private_redis():
     """A standalone server of our own: these tests pause and kill clients."""
-    try:
-        binaries()
-    except ServerUnavailable as exc:
-        skip_or_fail(str(exc))
     with RedisServer.start() as server:
         yield server
 
@@ -495,10 +491,6 @@ class TestLostConnections:
         assert [e.seq for e in log] == list(range(1, 10_001))
 
     def test_a_stopped_server_raises_store_error(self):
-        try:
-            binaries()
-        except ServerUnavailable as exc:
-            skip_or_fail(str(exc))
         with RedisServer.start() as server, RedisStore(server.url, prefix="gone") as store:
             store.create_session(Session("s", now()))
             server._servers.stop()
