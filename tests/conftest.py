@@ -29,6 +29,19 @@ REDIS_ENV = "TURNLOG_TEST_REDIS_URL"
 CLUSTER_ENV = "TURNLOG_TEST_REDIS_CLUSTER_URL"
 
 
+def pytest_report_header() -> list[str]:
+    """Say which servers the store tests use (the first lines of every run, CI's included)."""
+    where = [
+        f"{what}: " + (f"${env}" if os.environ.get(env, "").strip() else "started by the suite")
+        for what, env in (
+            ("PostgreSQL", POSTGRES_ENV),
+            ("Redis", REDIS_ENV),
+            ("Redis Cluster", CLUSTER_ENV),
+        )
+    ]
+    return ["test servers: " + ", ".join(where)]
+
+
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), 2):
