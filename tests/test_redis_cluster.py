@@ -108,6 +108,7 @@ class TestClusterOnly(_OnCluster):
                 borrowed.create_session(Session("a", datetime.now(UTC)))
             assert owner.find_session("a") is not None  # the borrowed store left it open
 
+    @pytest.mark.slow
     def test_connections_killed_mid_write_lose_and_double_nothing(self, store):
         """CLIENT KILL of every client on the session's node while a large batch is in flight.
         A kill during the claims is retried by redis-py's cluster pipeline (claims are

@@ -34,6 +34,7 @@ def _race(path, sid, expected, barrier, results, n):
         store.close()
 
 
+@pytest.mark.slow
 def test_two_processes_with_one_expected_version_have_one_winner(tmp_path):
     path = tmp_path / "race.db"
     with SqliteStore(path) as store:
