@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,17 +30,16 @@ REDIS_ENV = "TURNLOG_TEST_REDIS_URL"
 CLUSTER_ENV = "TURNLOG_TEST_REDIS_CLUSTER_URL"
 
 
-def pytest_report_header() -> list[str]:
-    """Say which servers the store tests use (the first lines of every run, CI's included)."""
-    where = [
-        f"{what}: " + (f"${env}" if os.environ.get(env, "").strip() else "started by the suite")
-        for what, env in (
-            ("PostgreSQL", POSTGRES_ENV),
-            ("Redis", REDIS_ENV),
-            ("Redis Cluster", CLUSTER_ENV),
-        )
-    ]
-    return ["test servers: " + ", ".join(where)]
+# What each server fixture used in this run, for the summary at the end.
+USED: dict[str, str] = {}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """End the run by saying which servers the store tests used (CI's log included)."""
+    if USED:
+        terminalreporter.write_sep("-", "test servers")
+        for what, where in USED.items():
+            terminalreporter.write_line(f"{what}: {where}")
 
 
 def _answers(host: str, port: int) -> bool:
@@ -76,6 +76,7 @@ def postgres_dsn() -> Iterator[str]:
     """The DSN of a PostgreSQL server: `$TURNLOG_TEST_POSTGRES_DSN`, else one of our own."""
     url = configured(POSTGRES_ENV, 5432, "PostgreSQL")
     if url is not None:
+        USED["PostgreSQL"] = f"{url} (from ${POSTGRES_ENV})"
         yield url
         return
     from pg_server import PostgresServer
@@ -88,6 +89,7 @@ def redis_url() -> Iterator[str]:
     """The URL of a Redis server: `$TURNLOG_TEST_REDIS_URL`, else one of our own."""
     url = configured(REDIS_ENV, 6379, "Redis")
     if url is not None:
+        USED["Redis"] = f"{url} (from ${REDIS_ENV})"
         yield url
         return
     from redis_cluster import RedisServer
@@ -101,6 +103,7 @@ def redis_cluster_url() -> Iterator[str]:
     3-master cluster of our own."""
     url = configured(CLUSTER_ENV, 6379, "Redis Cluster")
     if url is not None:
+        USED["Redis Cluster"] = f"{url} (from ${CLUSTER_ENV})"
         yield url
         return
     from redis_cluster import RedisCluster
@@ -113,9 +116,12 @@ def _serve(what: str, kind: Any, address: Callable[[Any], str]) -> Iterator[str]
     server that cannot start fails the test, saying why."""
     from server_procs import ServerUnavailable
 
+    began = time.monotonic()
     try:
         with kind.start() as server:
-            yield address(server)
+            url = address(server)
+            USED[what] = f"{url} (started by the suite in {time.monotonic() - began:.1f} s)"
+            yield url
     except ServerUnavailable as exc:
         pytest.fail(f"could not start the test {what} server: {exc}", pytrace=False)
 
