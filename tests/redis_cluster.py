@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import os
 import shutil
 import signal
 import subprocess
@@ -72,6 +73,7 @@ class _Servers:
         self.dir = scratch_dir("redis")
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._owner = os.getpid()  # a forked child inherits this object (and its atexit): not its
         atexit.register(self.stop)
 
     def spawn(self, port: int, *extra: str) -> None:
@@ -120,6 +122,8 @@ class _Servers:
         return log_tail(self.dir / f"redis-{port}.log")
 
     def stop(self) -> None:
+        if os.getpid() != self._owner:
+            return
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
