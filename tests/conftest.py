@@ -53,16 +53,18 @@ def _answers(host: str, port: int) -> bool:
 def configured(env: str, default_port: int, what: str) -> str | None:
     """The address in `$env` (None when unset), checked to answer.
 
-    Every host of a comma-separated cluster URL must answer; a configured server that does not
-    fails the test (it is not skipped, and the suite does not start its own instead).
+    Every host:port of the URL (each of a comma-separated list) must answer; a configured server
+    that does not fails the test (it is not skipped, and the suite does not start its own
+    instead). An address without a TCP host (a libpq key=value DSN, a Unix socket) is not checked.
     """
     url = os.environ.get(env, "").strip()
     if not url:
         return None
-    parts = urlsplit(url)
-    for host in parts.netloc.rpartition("@")[2].split(","):
-        name, _, port = host.rpartition(":") if ":" in host else (host, "", "")
-        if not _answers(name or "127.0.0.1", int(port or default_port)):
+    for host in filter(None, urlsplit(url).netloc.rpartition("@")[2].split(",")):
+        name, colon, port = host.rpartition(":")
+        if not colon or name.endswith(":"):  # no port, or a bare IPv6 address
+            name, port = host, ""
+        if not _answers(name.strip("[]") or "127.0.0.1", int(port or default_port)):
             pytest.fail(
                 f"no {what} server answers at {host} (from {env}={url}); start it, or unset "
                 f"{env} and the suite starts its own",
