@@ -35,6 +35,7 @@ __all__ = [
     "decode_event",
     "decode_session",
     "dump_json",
+    "dump_jsonb",
     "encode_body",
     "from_micros",
     "load_json",
@@ -239,6 +240,28 @@ def dump_json(value: Any) -> str:
         return _encoder.encode(value).decode("utf-8")
     except (TypeError, msgspec.EncodeError) as exc:
         raise InvalidInput(f"not JSON: {exc}") from exc
+
+
+def dump_jsonb(value: Any) -> str:
+    """`value` as JSON text that PostgreSQL's jsonb reads back with the same types.
+
+    jsonb keeps numbers as `numeric`, which writes `1e16` back as `10000000000000000`, an
+    integer; a float with a whole value is written here as `10000000000000000.0`, which jsonb
+    keeps (and gives back) with its decimal point.
+    """
+    return dump_json(_point_floats(value))
+
+
+def _point_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        if value.is_integer() and "e" in repr(value):
+            return msgspec.Raw(f"{int(value)}.0".encode())
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_point_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _point_floats(v) for k, v in value.items()}
+    return value
 
 
 def load_json(text: str | bytes, what: str) -> Any:

@@ -27,7 +27,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
     ) from exc
 
-from turnlog.codec import decode_event, decode_session, dump_json, encode_body, to_micros
+from turnlog.codec import (
+    decode_event,
+    decode_session,
+    dump_json,
+    dump_jsonb,
+    encode_body,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import (
     CorruptData,
@@ -614,7 +621,7 @@ def _session_params(session: Session) -> tuple[Any, ...]:
         check_id(session.id, "session id"),
         session.created_at,
         session.expires_at,
-        dump_json(dict(session.metadata)),
+        dump_jsonb(dict(session.metadata)),
     )
 
 

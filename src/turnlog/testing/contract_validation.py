@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from turnlog.errors import InvalidInput
@@ -360,6 +360,7 @@ def _check_one(store: SessionStore, data: st.DataObject) -> None:
             metadata=draw(_META),
         )
     except InvalidInput:
+        event("session refused when built")
         return
     events: list[SessionEvent] = []
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
@@ -369,10 +370,12 @@ def _check_one(store: SessionStore, data: st.DataObject) -> None:
         try:
             events.append(_build(draw, session.id, event_id))
         except InvalidInput:
+            event("an event refused when built")
             continue
     try:
         store.create_session(session)
     except InvalidInput:
+        event("session refused by the store")
         assert store.find_session(session.id) is None
         return
     try:
@@ -390,9 +393,11 @@ def _check_log(store: SessionStore, session: Session, events: list[SessionEvent]
     try:
         version = store.append_events(session.id, events, 0)
     except InvalidInput:
+        event("batch refused by the store")
         assert store.version(session.id) == 0
         assert store.events(session.id) == []
         return
+    event(f"batch of {len(events)} stored")
     assert version == len(events)
     read = store.events(session.id)
     assert len(read) == len(events)
