@@ -35,12 +35,18 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import Session, SessionEvent
+from turnlog.events import Session, SessionEvent, check_id
 from turnlog.stores.base import (
     Clock,
     EventFilter,
     apply_filter,
     check_batch,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
+    metadata_matches,
     utc_now,
 )
 from turnlog.stores.redis_layout import (
@@ -89,10 +95,6 @@ def _guarded(
             raise self._translate(exc) from exc
 
     return wrapper
-
-
-def _same(stored: object, value: object) -> bool:
-    return type(stored) is type(value) and stored == value
 
 
 class RedisStore:
@@ -263,11 +265,11 @@ class RedisStore:
 
     @_guarded
     def create_session(self, session: Session) -> None:
-        self._put(session, create=True)
+        self._put(check_session(session), create=True)
 
     @_guarded
     def save_session(self, session: Session) -> None:
-        self._put(session, create=False)
+        self._put(check_session(session), create=False)
 
     def _put(self, session: Session, *, create: bool) -> None:
         keys = self._keys.session(session.id)
@@ -326,6 +328,7 @@ class RedisStore:
 
     @_guarded
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         inc, *fields = self._client.hmget(self._keys.session(session_id)[0], "inc", "c", "x", "md")
         return None if inc is None else session_of(session_id, fields)
 
@@ -344,7 +347,7 @@ class RedisStore:
 
     @_guarded
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
-        if limit is not None and limit <= 0:
+        if check_limit(limit) == 0:
             return []
         page = 200 if limit is None else max(2 * limit, 20)
         out: list[Session] = []
@@ -364,6 +367,7 @@ class RedisStore:
 
     @_guarded
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         return bool(self._delete(session_id, "", "")[0] == b"deleted")
 
     def _delete(self, session_id: str, cutoff: int | str, inc: str) -> Any:
@@ -379,7 +383,7 @@ class RedisStore:
 
     @_guarded
     def delete_expired(self, before: datetime) -> int:
-        cutoff = to_micros(before)
+        cutoff = to_micros(check_cutoff(before))
         deleted = 0
         done: set[bytes] = set()
         while True:
@@ -405,10 +409,8 @@ class RedisStore:
     @_guarded
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
         """Indexed keys are read from their index set; others by a scan of all sessions."""
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
-        if not isinstance(value, (str, int)):
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+        if not check_metadata_query(name, value):
+            return []
         key = None
         if self._indexed is None or name in self._indexed:
             key = self._keys.metadata(name, value)
@@ -416,11 +418,7 @@ class RedisStore:
             members = self._client.zrange(self._keys.created, 0, -1)
         else:
             members = sorted(self._client.smembers(key))
-        found = [
-            s
-            for s in self._sessions(members)
-            if name in s.metadata and _same(s.metadata[name], value)
-        ]
+        found = [s for s in self._sessions(members) if metadata_matches(s.metadata, name, value)]
         return sorted(found, key=lambda s: (s.created_at, s.id))
 
     # -- events -----------------------------------------------------------------------------
@@ -434,7 +432,7 @@ class RedisStore:
 
     @_guarded
     def append_event(self, event: SessionEvent) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
             return replace(event, seq=version, timestamp=event.timestamp or from_micros(now))
@@ -535,6 +533,7 @@ class RedisStore:
         self._release(dead)
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -585,6 +584,7 @@ class RedisStore:
 
     @_guarded
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         inc, version = self._client.hmget(self._keys.session(session_id)[0], "inc", "v")
         if inc is None:
             raise SessionNotFound(session_id)
@@ -592,6 +592,7 @@ class RedisStore:
 
     @_guarded
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         reply = self._run("view", self._keys.session(session_id)[:1], [])
         if not reply:
             raise SessionNotFound(session_id)

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from turnlog.codec import decode_event, encode_body, from_micros, load_json, to_micros
+from turnlog.codec import decode_event, decode_session, encode_body, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
@@ -135,15 +135,14 @@ def session_of(session_id: str, fields: Sequence[bytes | None]) -> Session:
     created, expires, metadata = fields
     if created is None or expires is None or metadata is None:
         raise CorruptData(f"the record of session {session_id!r} is incomplete")
-    md = load_json(metadata, f"the metadata of session {session_id!r}")
-    if not isinstance(md, dict):
-        raise CorruptData(f"the metadata of session {session_id!r} is not a JSON object")
-    return Session(
-        id=session_id,
-        created_at=from_micros(int(created)),
-        expires_at=from_micros(int(expires)) if expires else None,
-        metadata=md,
-    )
+    try:
+        created_micros, expires_micros = int(created), int(expires) if expires else None
+    except ValueError as exc:
+        raise CorruptData(
+            f"session {session_id!r} cannot be read: a time is not an integer ({exc}). The "
+            "record is damaged; other sessions are unaffected."
+        ) from exc
+    return decode_session(session_id, created_micros, expires_micros, metadata)
 
 
 def batch_args(
