@@ -136,6 +136,31 @@ class RedisChecks:
             store.events("bad")
         assert len(store.events("good")) == 4 and len(store.view("good")) == 4
 
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [("c", b"yesterday"), ("c", str(2**63).encode()), ("x", b"1.5"), ("md", b"[1]")],
+    )
+    def test_a_damaged_session_record_is_corrupt_data(self, store, field, value):
+        store.create_session(Session("a", now()))
+        store.create_session(Session("b", now()))
+        store.client.hset(self._record_key(store, "a"), field, value)
+        with pytest.raises(CorruptData, match="session 'a'"):
+            store.find_session("a")
+        with pytest.raises(CorruptData, match="session 'a'"):
+            store.list_sessions()
+        assert store.find_session("b") is not None
+
+    @pytest.mark.parametrize("micros", [2**63 - 1, -(2**63)])
+    def test_a_damaged_event_timestamp_is_corrupt_data(self, store, micros):
+        store.create_session(Session("s", now()))
+        store.append_events("s", turn("s", 1), 0)
+        record = f'["s-a1","MESSAGE",{micros},0]\n'.encode()
+        body = store.client.hget(self._record_key(store, "s"), "2").partition(b"\n")[2]
+        store.client.hset(self._record_key(store, "s"), "2", record + body)
+        for read in (store.events, store.view):
+            with pytest.raises(CorruptData, match=r"seq 2 .*'s'"):
+                read("s")
+
     def test_the_view_never_reads_covered_history(self, store):
         store.create_session(Session("s", now()))
         system = SessionEvent.for_message("s", Message.system("sys"), event_id="sys")

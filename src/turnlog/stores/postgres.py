@@ -213,6 +213,13 @@ class _Borrowed:
                 f"PostgreSQL cannot store this text while {self.doing} (jsonb refuses the "
                 f"character U+0000): {_first_line(exc)}"
             ) from exc
+        if isinstance(exc, psycopg.DataError):
+            # input is checked before it is sent: a value that cannot be loaded is damage
+            raise CorruptData(
+                f"PostgreSQL returned a value turnlog cannot read while {self.doing}: "
+                f"{_first_line(exc)}. The row is damaged (a time out of range?); other sessions "
+                "are unaffected. Restore it from a backup, or delete the session."
+            ) from exc
 
 
 class PostgresStore:
