@@ -73,6 +73,8 @@ def turn(sid, n):
 
 
 class TestPostgresStore(StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     partitions = None
 
     @pytest.fixture(autouse=True)

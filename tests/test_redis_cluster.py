@@ -41,6 +41,8 @@ class _OnCluster:
 
 
 class TestRedisClusterStore(_OnCluster, StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     def make_store(self, tmp_path):
         return RedisClusterStore(self.url, prefix=self.prefix)
 

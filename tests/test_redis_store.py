@@ -365,6 +365,8 @@ class RedisChecks:
 
 
 class TestRedisStore(StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     @pytest.fixture(autouse=True)
     def _redis(self, redis_url):
         self.url, self.prefix = redis_url, f"tltest-{uuid.uuid4().hex[:12]}"

@@ -1,7 +1,10 @@
 """What only the SQLite store does: files, processes, damage, and reading the view alone."""
 
 import multiprocessing as mp
+import os
+import shutil
 import sqlite3
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -212,6 +215,45 @@ def _fill_to_the_limit(store, sid, text):
                 assert store.version(sid) == version  # nothing of the failed write landed
                 break
     return errors
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A directory on a real 1 MB tmpfs (as root), else None: mounting needs privileges."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        yield None
+        return
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_is_a_store_error_and_keeps_the_data(tmp_path, small_disk):
+    # On a real full tmpfs the failing step is often the COMMIT (SQLite has already ended the
+    # transaction); without the privilege to mount one, max_page_count makes SQLite answer
+    # SQLITE_FULL on the insert instead. Both must be a StoreError with the data intact.
+    path = (small_disk or tmp_path) / "t.db"
+    store = SqliteStore(path)
+    SessionService(store).create("s")
+    if small_disk is None:
+        store._conn().execute("PRAGMA max_page_count = 40")
+    errors = _fill_to_the_limit(store, "s", "x" * 3000)
+    assert errors and all(isinstance(e, StoreError) for e in errors), errors
+    assert all("full" in str(e) and "free disk space" in str(e) for e in errors)
+    version = store.version("s")
+    assert version > 0 and len(store.events("s")) == version
+    store.close()
+    with SqliteStore(path) as again:
+        assert again.version("s") == version
 
 
 def test_a_full_database_is_a_store_error_and_keeps_the_data(tmp_path):
