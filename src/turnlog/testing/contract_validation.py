@@ -93,6 +93,21 @@ class ValidationContract(ContractBase):
         assert store.version(sid) == 2
         assert [s.id for s in store.list_sessions()] == [sid]
 
+    def test_a_batch_that_is_not_a_sequence_of_events_is_refused(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        event = msg(sid, Message.user("hi"))
+        for bad in (event, None, 5, "events", [event, "x"], [None]):
+            with pytest.raises(InvalidInput):
+                store.append_events(sid, bad, 0)  # type: ignore[arg-type]
+        for bad_event in (None, "x", Message.user("hi")):
+            with pytest.raises(InvalidInput):
+                store.append_event(bad_event)  # type: ignore[arg-type]
+        for bad_version in (-1, None, 1.0, True, "0"):
+            with pytest.raises(InvalidInput):
+                store.append_events(sid, [event], bad_version)  # type: ignore[arg-type]
+        assert store.version(sid) == 0
+
     def test_metadata_lookups_refuse_what_is_not_text_and_find_nothing_for_nul(
         self, store: SessionStore
     ) -> None:
