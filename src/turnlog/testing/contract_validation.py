@@ -31,7 +31,7 @@ from turnlog.events import (
     ToolCall,
     ToolResult,
 )
-from turnlog.stores.base import SessionStore
+from turnlog.stores.base import EventFilter, SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 
 __all__ = ["ValidationContract"]
@@ -75,16 +75,20 @@ class ValidationContract(ContractBase):
     ) -> None:
         store.append_events(sid, turn(sid, 1), 0)
         event = msg(sid, Message.user("hi"))
-        for call in (
-            lambda: store.find_session(bad),
-            lambda: store.delete_session(bad),
-            lambda: store.events(bad),
-            lambda: store.version(bad),
-            lambda: store.view(bad),
-            lambda: store.append_events(bad, [event], 0),
-            lambda: store.append_events(bad, [], 0),
-        ):
-            _expect_invalid(call)
+        calls: dict[str, Callable[[], object]] = {
+            "find_session": lambda: store.find_session(bad),
+            "delete_session": lambda: store.delete_session(bad),
+            "events": lambda: store.events(bad),
+            "events(active)": lambda: store.events(bad, EventFilter.active()),
+            "version": lambda: store.version(bad),
+            "view": lambda: store.view(bad),
+            "append_events": lambda: store.append_events(bad, [event], 0),
+            "append_events([])": lambda: store.append_events(bad, [], 0),
+        }
+        for name, call in calls.items():
+            with pytest.raises(InvalidInput):
+                call()
+                pytest.fail(f"{name}({bad!r}) did not raise InvalidInput")
         if bad is not None:  # None asks for a fresh id
             with pytest.raises(InvalidInput):
                 SessionEvent.for_message(sid, Message.user("x"), event_id=bad)
