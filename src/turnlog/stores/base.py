@@ -167,7 +167,14 @@ def check_batch(
     """
     check_id(session_id, "session id")
     check_version(expected_version)
-    batch = list(events)
+    if isinstance(events, (str, bytes, SessionEvent)):
+        raise InvalidInput(f"expected a sequence of SessionEvent, got {type(events).__name__}")
+    try:
+        batch = list(events)
+    except TypeError:
+        raise InvalidInput(
+            f"expected a sequence of SessionEvent, got {type(events).__name__}"
+        ) from None
     seen: set[str] = set()
     for event in batch:
         if not isinstance(event, SessionEvent):
@@ -183,13 +190,19 @@ def check_batch(
 
 
 def check_version(expected_version: object) -> int:
-    """Raise `InvalidInput` unless `expected_version` is an integer >= 0."""
+    """Raise `InvalidInput` unless `expected_version` is an integer from 0 to 2**63 - 1.
+
+    (A version is a count of events; every store keeps it in 64 bits.)
+    """
     if (
         isinstance(expected_version, bool)
         or not isinstance(expected_version, int)
-        or expected_version < 0
+        or not 0 <= expected_version < 2**63
     ):
-        raise InvalidInput(f"expected_version must be an integer >= 0, got {expected_version!r}")
+        raise InvalidInput(
+            f"expected_version must be an integer from 0 to 2**63 - 1 (the version you read), "
+            f"got {expected_version!r}"
+        )
     return expected_version
 
 

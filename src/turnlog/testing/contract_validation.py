@@ -107,7 +107,7 @@ class ValidationContract(ContractBase):
         for bad_event in (None, "x", Message.user("hi")):
             with pytest.raises(InvalidInput):
                 store.append_event(bad_event)  # type: ignore[arg-type]
-        for bad_version in (-1, None, 1.0, True, "0"):
+        for bad_version in (-1, None, 1.0, True, "0", 2**63, 2**70):
             with pytest.raises(InvalidInput):
                 store.append_events(sid, [event], bad_version)  # type: ignore[arg-type]
         assert store.version(sid) == 0
