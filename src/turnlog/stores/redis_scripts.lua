@@ -49,10 +49,19 @@ return {'ok', cur}
 -- Delete a session's keys: always (ARGV[1] == ''), or only if it expires at or before ARGV[1]
 -- (us). ARGV[2]: the incarnation to delete ('' = whichever).
 -- Returns {'gone'} | {'changed'} | {'kept', expires} | {'deleted', inc, ids, reserved, indexkeys}.
+-- Times are compared as decimal strings: a Lua number (a double) is not exact past 2^53 us
+-- (the year 2255), and a session must not be deleted a microsecond before it expires.
+local function later(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return nb end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
 local m = redis.call('HMGET', KEYS[1], 'inc', 'x')
 if not m[1] then return {'gone'} end
 if ARGV[2] ~= '' and m[1] ~= ARGV[2] then return {'changed'} end
-if ARGV[1] ~= '' and (m[2] == '' or tonumber(m[2]) > tonumber(ARGV[1])) then
+if ARGV[1] ~= '' and (m[2] == '' or later(m[2], ARGV[1])) then
   return {'kept', m[2]}
 end
 local ids = {}

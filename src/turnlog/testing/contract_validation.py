@@ -232,6 +232,19 @@ class ValidationContract(ContractBase):
         assert store.delete_expired(datetime.min.replace(tzinfo=timezone(timedelta(hours=2)))) == 0
         assert store.delete_expired(datetime.max.replace(tzinfo=timezone(-timedelta(hours=2)))) == 1
 
+    def test_delete_expired_is_exact_to_the_microsecond_over_the_whole_range(
+        self, store: SessionStore
+    ) -> None:
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        edges = [MIN_TIMESTAMP, epoch - timedelta(microseconds=1), epoch, T0, MAX_TIMESTAMP]
+        for i, moment in enumerate(edges):
+            store.create_session(session_at(f"x{i}", expires_at=moment))
+        for i, moment in enumerate(edges):
+            assert store.delete_expired(moment - timedelta(microseconds=1)) == 0
+            assert store.find_session(f"x{i}") is not None
+            assert store.delete_expired(moment) == 1
+            assert store.find_session(f"x{i}") is None
+
     # -- JSON ---------------------------------------------------------------------------------
 
     def test_integers_of_any_size_round_trip_and_are_found(self, store: SessionStore) -> None:
