@@ -244,6 +244,10 @@ class ValidationContract(ContractBase):
             assert store.find_session(f"x{i}") is not None
             assert store.delete_expired(moment) == 1
             assert store.find_session(f"x{i}") is None
+        store.create_session(session_at("before 1970", expires_at=MIN_TIMESTAMP))
+        store.create_session(session_at("after", expires_at=MAX_TIMESTAMP))
+        assert store.delete_expired(epoch) == 1
+        assert [s.id for s in store.list_sessions()] == ["after"]
 
     # -- JSON ---------------------------------------------------------------------------------
 
