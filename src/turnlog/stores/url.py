@@ -31,15 +31,27 @@ _EXTRAS = {
 
 
 def load_optional(module: str, name: str) -> Any:
-    """`module.name`, or an ImportError naming the extra to install."""
+    """`module.name`, or one ImportError naming what is missing and the extra to install."""
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
+        missing = _missing_module(exc)
         extra = _EXTRAS.get(module, "")
         raise ImportError(
-            f"{name} needs an optional dependency that is not installed ({exc.name or exc}): "
-            f"pip install 'turnlog[{extra}]'"
+            f"{name} needs {missing}, which is not installed: pip install 'turnlog[{extra}]'",
+            name=missing,
         ) from exc
+
+
+def _missing_module(exc: BaseException) -> str:
+    """The package whose import failed, from the innermost ImportError that names one."""
+    found = "an optional dependency"
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ImportError) and seen.name:
+            found = seen.name.split(".")[0] if not seen.name.startswith("turnlog.") else found
+        seen = seen.__cause__ or seen.__context__
+    return found
 
 
 def open_store(url: str, **options: Any) -> SessionStore:
