@@ -46,7 +46,7 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
-from turnlog.events import SessionEvent
+from turnlog.events import SessionEvent, check_id
 from turnlog.importers import read_conversations
 from turnlog.service import SessionService
 from turnlog.stores.base import SessionStore
@@ -143,16 +143,23 @@ def target(args: argparse.Namespace) -> Target:
 # -- commands ----------------------------------------------------------------------------------
 
 
+def _import_ids(args: argparse.Namespace, count: int) -> list[str]:
+    """The ids of the sessions an import makes: --session or the file's name, numbered when
+    the file holds several conversations; checked before the store is opened.
+
+    Raises:
+        InvalidInput: an empty or unusable id, or a file name that is not UTF-8.
+    """
+    base = Path(args.file).stem if args.session is None else args.session
+    _utf8(base, "the session id" if args.session is not None else "the file's name")
+    ids = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
+    return [check_id(i, "the session id") for i in ids]
+
+
 def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
     path = Path(args.file)
     kind, conversations = args.conversations  # read before the database was opened
-    base = path.stem if args.session is None else args.session
-    _utf8(base, "the session id" if args.session is not None else "the file's name")
-    ids = (
-        [base]
-        if len(conversations) == 1
-        else [f"{base}-{i}" for i in range(1, len(conversations) + 1)]
-    )
+    ids = _import_ids(args, len(conversations))
     for session_id in ids:  # check every id before writing anything
         if svc.find(session_id) is not None:
             raise SessionAlreadyExists(session_id)
@@ -438,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = visible(args.target.name)
         if args.command == "import":  # a bad file must not even create the database
             args.conversations = read_conversations(Path(args.file))
+            _import_ids(args, len(args.conversations[1]))
         if args.command == "migrate":
             return _cmd_migrate(None, args)
         path = args.target.path
