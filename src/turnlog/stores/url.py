@@ -303,5 +303,5 @@ def open_store(url: str, **options: Any) -> SessionStore:
     if kind == "redis":
         store = load_optional("turnlog.stores.redis", "RedisStore")(clean, **options)
         return store
-    store = load_optional("turnlog.stores.redis", "RedisClusterStore")(clean, **options)
+    store = load_optional("turnlog.stores.redis_cluster", "RedisClusterStore")(clean, **options)
     return store
