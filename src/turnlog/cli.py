@@ -92,7 +92,7 @@ class Target:
             assert self.path is not None
             return SqliteStore(self.path)
         kind, _, options = store_url(self.url)
-        if kind == "postgresql" and "connect_timeout" not in options:  # Redis: after the split
+        if kind in ("postgresql", "redis", "redis+cluster") and "connect_timeout" not in options:
             return open_store(self.url, connect_timeout=CONNECT_TIMEOUT)
         return open_store(self.url)
 

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
-from turnlog.stores.redis import _ATTEMPTS, RedisStore
+from turnlog.stores.redis import _ATTEMPTS, RedisStore, check_url_query
 from turnlog.stores.redis_layout import index_member
 
 try:
@@ -46,7 +46,9 @@ class RedisClusterStore(RedisStore):
         StoreError: no seed node answers (the client learns the cluster's layout at once).
     """
 
-    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+    def _connect(
+        self, target: str | Any, timeout: float, connect_timeout: float, retries: int
+    ) -> tuple[Any, bool, str]:
         if isinstance(target, _RedisCluster):
             if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
                 raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
@@ -61,6 +63,7 @@ class RedisClusterStore(RedisStore):
             raise InvalidInput(
                 f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
             )
+        check_url_query(target, "RedisClusterStore")
         nodes = []
         for seed in parts.netloc.rpartition("@")[2].split(","):
             host, _, port = seed.strip().rpartition(":")
@@ -77,7 +80,7 @@ class RedisClusterStore(RedisStore):
                 ssl=parts.scheme == "rediss+cluster",
                 retry=Retry(NoBackoff(), retries),
                 socket_timeout=timeout,
-                socket_connect_timeout=timeout,
+                socket_connect_timeout=connect_timeout,
             )
         except (RedisError, RedisClusterException) as exc:
             raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc
