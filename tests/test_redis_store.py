@@ -472,6 +472,45 @@ class TestLostConnections:
             store.close()
             admin.close()
 
+    def test_a_read_killed_mid_flight_does_not_say_a_write_may_have_landed(self, private_redis):
+        admin = redis.Redis.from_url(private_redis.url)
+        store = RedisStore(private_redis.url, prefix="kill-read")
+        try:
+            store.create_session(Session("s", now()))
+            store.append_events("s", self._batch("s", 10, "r"), 0)
+            errors: list[BaseException] = []
+
+            def read() -> None:
+                try:
+                    store.events("s")
+                except BaseException as exc:
+                    errors.append(exc)
+
+            admin.client_pause(5000, all=False)  # scripts wait, reads among them
+            try:
+                reader = threading.Thread(target=read)
+                reader.start()
+                deadline = time.monotonic() + 5
+                blocked: list[dict] = []
+                while not blocked and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    blocked = [
+                        c
+                        for c in admin.client_list()
+                        if c["cmd"] == "evalsha" and "b" in c["flags"]
+                    ]
+                assert blocked, "the read never reached the server"
+                admin.client_kill_filter(_id=blocked[0]["id"])
+                reader.join(5)
+            finally:
+                admin.client_unpause()
+            assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+            assert "lost the connection" in str(errors[0]) and "during a read" in str(errors[0])
+            assert "may or may not" not in str(errors[0])
+        finally:
+            store.close()
+            admin.close()
+
     def test_writes_cut_at_random_points_are_whole_or_absent(self, private_redis):
         """A client whose socket times out at once: the append may land or not; a retry of
         the same ids completes it exactly once."""

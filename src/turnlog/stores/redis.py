@@ -595,6 +595,7 @@ class RedisStore:
                 )
         self._release(dead)
 
+    @_guarded
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
