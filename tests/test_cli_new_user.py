@@ -335,9 +335,9 @@ def test_a_missing_extra_names_its_pip_line_once(capsys, monkeypatch):
     assert "PostgresStore needs psycopg, which is not installed" in line
 
 
-def cli(*argv, cwd):
+def cli(*argv, cwd, **env_vars):
     """The real CLI in a subprocess, with byte arguments as a shell would pass them."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONWARNINGS": "error"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONWARNINGS": "error", **env_vars}
     return subprocess.run(
         [sys.executable, "-m", "turnlog.cli", *argv],
         capture_output=True,
@@ -366,6 +366,10 @@ def test_non_utf8_arguments_are_clear_errors(tmp_path):
         assert said in out.stderr, out.stderr
     with SessionService(SqliteStore(db)) as svc:
         assert [s.id for s in svc.sessions()] == ["s"]
-    # a file path that is not UTF-8 is fine: file systems allow it
-    odd = cli("--db", bytes(tmp_path / os.fsdecode(b"\xff.db")), "demo", cwd=tmp_path)
-    assert odd.returncode == 0, odd.stderr
+    # a file path that is not UTF-8 is fine: file systems allow it. Messages show the odd byte
+    # as an escape, even where stdout is strict UTF-8 (it cannot encode the byte at all)
+    odd = bytes(tmp_path / os.fsdecode(b"\xff.db"))
+    out = cli("--db", odd, "demo", cwd=tmp_path, PYTHONIOENCODING="utf-8")
+    assert out.returncode == 0, out.stderr
+    assert b"\\udcff.db' sessions" in out.stdout
+    assert os.path.exists(odd)

@@ -418,10 +418,8 @@ def _utf8(value: str, what: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(
-            f"{what} is not valid UTF-8 text ({value!r}): check your terminal's encoding"
-            + (": pass --session ID" if "file's name" in what else "")
-        ) from None
+        fix = "pass --session ID" if "file's name" in what else "check your terminal's encoding"
+        raise InvalidInput(f"{what} is not valid UTF-8 text ({value!r}): {fix}") from None
     return value
 
 
@@ -442,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(getattr(args, option, None), str):
                 _utf8(getattr(args, option), f"the {option} argument")
         args.target = target(args)
-        where = visible(args.target.name)
+        where = args.target.name  # _fail makes it safe to print
         if args.command == "import":  # a bad file must not even create the database
             args.conversations = read_conversations(Path(args.file))
             _import_ids(args, len(args.conversations[1]))
@@ -461,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SessionAlreadyExists as exc:
         return _fail(
             f"session {exc.session_id!r} already exists in {where}: pass --session NEW_ID, or "
-            f"`turnlog delete {exc.session_id}` first",  # visible() in _fail
+            f"`turnlog delete {exc.session_id}` first",
             1,
         )
     except InvalidInput as exc:

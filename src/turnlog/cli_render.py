@@ -40,8 +40,9 @@ __all__ = [
 ]
 
 # Characters a terminal may act on: bidi embeddings, overrides and isolates, and the line and
-# paragraph separators. Control characters (C0, DEL, C1) are added below.
-_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+# paragraph separators; and lone surrogates (a file name that is not UTF-8), which cannot be
+# written as UTF-8 at all. Control characters (C0, DEL, C1) are added below.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
 _UNSAFE_BUT_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")  # keeps \t and \n
 _UNSAFE_IN_JSON = re.compile(f"[\x7f-\x9f{_BIDI}]")  # json.dumps escapes C0 itself
