@@ -373,3 +373,14 @@ def test_non_utf8_arguments_are_clear_errors(tmp_path):
     assert out.returncode == 0, out.stderr
     assert b"\\udcff.db' sessions" in out.stdout
     assert os.path.exists(odd)
+
+
+def test_docs_cli_page_documents_stores_parameters_timeout_and_escaping():
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## Which store a command uses", 1)[1].split("\n## `turnlog", 1)[0]
+    order = ["--db PATH", "$TURNLOG_STORE", "$TURNLOG_DB", "turnlog.db"]
+    assert [section.index(word) for word in order] == sorted(section.index(w) for w in order)
+    for needed in ("An explicit option always beats the environment", "?schema=", "prefix",
+                   "connect_timeout", "3 seconds", "refused by name", r"\x1b]0;title\x07",
+                   "U+0080-U+009F", "bidi"):  # fmt: skip
+        assert needed in section, needed
