@@ -55,6 +55,7 @@ from turnlog.stores.redis_layout import (
     split_record,
     view_of,
 )
+from turnlog.stores.url import refuse_own_parameters
 
 try:
     import redis
@@ -107,24 +108,6 @@ def _connecting(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def check_url_query(url: str, store: str) -> None:
-    """Refuse query parameters redis-py would not understand, by name (see `open_store`).
-
-    Raises:
-        InvalidInput: an unknown parameter, or one of turnlog's (`prefix`, ...) that only
-            `open_store` reads; the store takes those as arguments.
-    """
-    from turnlog.stores.url import store_url
-
-    _, _, own = store_url(url)
-    if own:
-        name = next(iter(own))
-        raise InvalidInput(
-            f"URL parameter {name} is read by open_store(url); pass {name}=... to {store}, or "
-            "open the URL with open_store"
-        )
 
 
 def _same(stored: object, value: object) -> bool:
@@ -220,7 +203,7 @@ class RedisStore:
         ):
             raise InvalidInput("this is a Redis Cluster: use RedisClusterStore for it")
         if isinstance(target, str):
-            check_url_query(target, "RedisStore")
+            refuse_own_parameters(target, "RedisStore")
             parts = urlsplit(target)
             where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
             try:

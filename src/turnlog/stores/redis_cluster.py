@@ -14,8 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
-from turnlog.stores.redis import _ATTEMPTS, RedisStore, check_url_query
+from turnlog.stores.redis import _ATTEMPTS, RedisStore
 from turnlog.stores.redis_layout import index_member
+from turnlog.stores.url import refuse_own_parameters
 
 try:
     from redis.backoff import NoBackoff
@@ -63,7 +64,7 @@ class RedisClusterStore(RedisStore):
             raise InvalidInput(
                 f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
             )
-        check_url_query(target, "RedisClusterStore")
+        refuse_own_parameters(target, "RedisClusterStore")
         nodes = []
         for seed in parts.netloc.rpartition("@")[2].split(","):
             host, _, port = seed.strip().rpartition(":")

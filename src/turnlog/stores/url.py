@@ -206,6 +206,22 @@ def store_url(url: str) -> tuple[str, str, dict[str, Any]]:
     return kind, clean, options
 
 
+def refuse_own_parameters(url: str, store: str) -> None:
+    """For a store constructor given a URL: refuse turnlog's own query parameters (`prefix`,
+    ...), which only `open_store` reads, and parameters the driver does not know, by name.
+
+    Raises:
+        InvalidInput: such a parameter; the message says to pass it as an argument.
+    """
+    _, _, own = store_url(url)
+    if own:
+        name = next(iter(own))
+        raise InvalidInput(
+            f"URL parameter {name} is read by open_store(url); pass {name}=... to {store}, or "
+            "open the URL with open_store"
+        )
+
+
 def _check_driver_parameters(kind: str, url: str, names: list[str], own: Mapping[str, Any]) -> None:
     """Refuse parameters neither turnlog nor the driver reads, naming the accepted ones."""
     ours = ", ".join(own) or "none"
