@@ -31,6 +31,7 @@ CSI_C1 = "\x9b31m"  # CSI as one C1 character: red text
 BIDI = "\u202eevil\u202c"  # right-to-left override
 OTHERS = "\r\x08\x7f\x85\u2028\x00"
 HOSTILE = f"hello {TITLE}{CLEAR}{CSI_C1}{BIDI}{OTHERS} bye"
+NOTE = HOSTILE.replace("\x00", "")  # session metadata cannot hold U+0000 (docs/concepts.md)
 
 # Everything a terminal would act on, other than the newline that ends a printed line.
 RAW = re.compile(
@@ -55,7 +56,7 @@ def test_visible_escapes_each_kind():
 def db(tmp_path):
     path = tmp_path / "hostile.db"
     with SessionService(SqliteStore(path)) as svc:
-        svc.create("s", metadata={"note": HOSTILE})
+        svc.create("s", metadata={"note": NOTE})
         svc.append_message("s", Message.system(f"system {TITLE}"))
         svc.append_message("s", Message.user(HOSTILE))
         call = ToolCall("c1", "lookup", json.dumps({"q": CLEAR}))
@@ -100,7 +101,8 @@ def test_json_output_escapes_them_and_keeps_the_text(argv, db, capsys):
     assert r"\u009b" in out and r"\u202e" in out and r"\u001b" in out
     # still the same JSON value: the exact text comes back
     found = json.dumps(json.loads(out), ensure_ascii=False)
-    assert json.dumps(HOSTILE, ensure_ascii=False)[1:-1] in found
+    text = NOTE if argv[0] == "sessions" else HOSTILE  # the session's note, or the message
+    assert json.dumps(text, ensure_ascii=False)[1:-1] in found
 
 
 def test_an_error_line_escapes_them_too(db, tmp_path, capsys):
