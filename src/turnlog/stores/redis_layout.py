@@ -164,7 +164,8 @@ def batch_args(
         except InvalidInput as exc:
             invalid = exc
     args: list[Any] = []
-    for at, e in enumerate(batch):
+    messages: set[str] | None = None  # the batch's message ids, once a boundary needs them
+    for e in batch:
         stamp = now if e.timestamp is None else to_micros(e.timestamp)
         record = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
         record += b"\n" + encode_body(e)
@@ -176,8 +177,9 @@ def batch_args(
             args += (e.id, "C", record, 0)
         else:
             named = CompactionBoundary.from_event(e).view_event_ids
-            nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
-            required.update((i, None) for i in named if i not in nearby)
+            if messages is None:
+                messages = {x.id for x in batch if x.message is not None}
+            required.update((i, None) for i in named if i not in messages)
             args += (e.id, "C", record, len(named), *named)
     return args, list(required), invalid
 
