@@ -24,6 +24,7 @@ __all__ = [
     "SCRIPTS",
     "Keys",
     "batch_args",
+    "check_prefix",
     "decode_record",
     "event_of",
     "index_member",
@@ -58,6 +59,45 @@ def _escape(text: str) -> str:
     """`quote(text, safe="")`: only ASCII letters, digits and `_.-~` stay (checked first,
     because most ids are plain already)."""
     return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
+_FORBIDDEN: Final = frozenset(":{}*?[]\\")
+
+
+def check_prefix(prefix: object) -> str:
+    """`prefix` if it can be the prefix of a store's keys.
+
+    Every key of a store is `<prefix>:...`, so a prefix holds no `:`: two different prefixes
+    then never share a key (the first `:` of a key ends its prefix), and `SCAN MATCH
+    <prefix>:*` finds exactly one store's keys, because a prefix holds no glob character either.
+    No braces (a hash tag would move keys between slots), no whitespace, no control characters
+    or lone surrogates (not printable).
+
+    Raises:
+        InvalidInput: a prefix that breaks these rules.
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise InvalidInput(f"a Redis key prefix is a non-empty string, not {prefix!r}")
+    bad = sorted({c for c in prefix if _refused(c)})
+    if bad:
+        raise InvalidInput(
+            f"the Redis key prefix {prefix!r} holds {' '.join(repr(c) for c in bad)}: a prefix "
+            "may not hold ':', braces, glob characters (* ? [ ] \\), whitespace or control "
+            "characters, so that no two stores' keys can meet (with 'app' and 'app:m', one "
+            "store's keys would be the other's) and SCAN MATCH '<prefix>:*' finds one store's "
+            "keys only. Use another separator, e.g. "
+            f"{_suggest(prefix)!r}. Data that turnlog 0.1 wrote under such a prefix: see "
+            "docs/redis.md, 'Prefixes'"
+        )
+    return prefix
+
+
+def _refused(char: str) -> bool:
+    return char in _FORBIDDEN or char.isspace() or not char.isprintable()
+
+
+def _suggest(prefix: str) -> str:
+    return "".join("-" if _refused(c) else c for c in prefix).strip("-") or "turnlog"
 
 
 class Keys:
