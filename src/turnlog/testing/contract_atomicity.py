@@ -16,7 +16,7 @@ from turnlog.compaction import CompactionBoundary
 from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent
 from turnlog.stores.base import SessionStore
-from turnlog.testing._base import ContractBase, msg
+from turnlog.testing._base import ContractBase, msg, session_at
 
 __all__ = ["AtomicityContract"]
 
@@ -83,6 +83,12 @@ class AtomicityContract(ContractBase):
         assert store.version(sid) == BIG
         assert shape(store.events(sid)) == numbered(log)
         assert shape(store.view(sid)) == numbered(log)
+        # deleting it frees all 20,000 ids (ids are unique across a store's sessions)
+        assert store.delete_session(sid)
+        assert store.find_session(sid) is None
+        store.create_session(session_at("other"))
+        reused = [msg("other", Message.user("again"), event_id=e.id) for e in (log[0], log[-1])]
+        assert store.append_events("other", reused, 0) == 2
 
     def test_a_boundary_naming_20000_logged_events_reads_back_exactly(
         self, store: SessionStore, sid: str
