@@ -447,10 +447,12 @@ class TestRedisClients:
     def test_no_server_raises_store_error(self):
         port = free_ports(1, bus=False)[0]
         with RedisStore(f"redis://127.0.0.1:{port}/0", timeout=1) as store:
-            with pytest.raises(StoreError, match="lost the connection"):
-                store.create_session(Session("a", now()))
-            with pytest.raises(StoreError):
-                store.view("a")
+            # nothing was ever sent: neither a write nor a read may have landed anything
+            for call in (lambda: store.create_session(Session("a", now())),
+                         lambda: store.view("a")):  # fmt: skip
+                with pytest.raises(StoreError, match="cannot reach") as raised:
+                    call()
+                assert "may or may not" not in str(raised.value)
 
 
 @pytest.fixture(scope="module")
@@ -508,10 +510,50 @@ class TestLostConnections:
                 admin.client_unpause()
             assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
             assert "lost the connection" in str(errors[0])
+            assert "may or may not have landed" in str(errors[0])  # the write was sent
             assert store.version("s") == 0  # the killed command never ran
             assert store.append_events("s", batch, 0) == 500
             assert store.append_events("s", batch, 0) == 500  # a second retry: no-op
             assert [e.id for e in store.events("s")] == [e.id for e in batch]
+        finally:
+            store.close()
+            admin.close()
+
+    def test_a_read_killed_mid_flight_does_not_say_a_write_may_have_landed(self, private_redis):
+        admin = redis.Redis.from_url(private_redis.url)
+        store = RedisStore(private_redis.url, prefix="kill-read")
+        try:
+            store.create_session(Session("s", now()))
+            store.append_events("s", self._batch("s", 10, "r"), 0)
+            errors: list[BaseException] = []
+
+            def read() -> None:
+                try:
+                    store.events("s")
+                except BaseException as exc:
+                    errors.append(exc)
+
+            admin.client_pause(5000, all=False)  # scripts wait, reads among them
+            try:
+                reader = threading.Thread(target=read)
+                reader.start()
+                deadline = time.monotonic() + 5
+                blocked: list[dict] = []
+                while not blocked and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    blocked = [
+                        c
+                        for c in admin.client_list()
+                        if c["cmd"] == "evalsha" and "b" in c["flags"]
+                    ]
+                assert blocked, "the read never reached the server"
+                admin.client_kill_filter(_id=blocked[0]["id"])
+                reader.join(5)
+            finally:
+                admin.client_unpause()
+            assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+            assert "lost the connection" in str(errors[0]) and "during a read" in str(errors[0])
+            assert "may or may not" not in str(errors[0])
         finally:
             store.close()
             admin.close()
@@ -549,5 +591,6 @@ class TestLostConnections:
         with RedisServer.start() as server, RedisStore(server.url, prefix="gone") as store:
             store.create_session(Session("s", now()))
             server._servers.stop()
-            with pytest.raises(StoreError, match="lost the connection"):
+            # the pooled connection is found dead and reopening it fails: nothing was sent
+            with pytest.raises(StoreError, match=r"cannot reach|lost the connection"):
                 store.append_events("s", turn("s", 1), 0)

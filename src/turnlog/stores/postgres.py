@@ -255,6 +255,7 @@ class PostgresStore:
         self._keep_idle = max(1, pool_min)
         self._idle_until = time.monotonic() + _KEEP_IDLE_SECONDS
         if isinstance(dsn_or_pool, str):
+            _reach(dsn_or_pool, connect_timeout)
             self._pool: Pool = ConnectionPool(
                 dsn_or_pool,
                 min_size=pool_min,
@@ -651,3 +652,26 @@ def _where(dsn: str) -> str:
         f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
         f"database {info.get('dbname', '(default)')}"
     )
+
+
+def _reach(dsn: str, timeout: float) -> None:
+    """Connect once, directly, before the pool opens: a wrong address, name or password fails
+    at once with one line, instead of the pool retrying (and logging each try) until `timeout`.
+
+    Raises:
+        InvalidInput: `dsn` is not a libpq connection string or URL.
+        StoreError: the server cannot be reached or refuses the connection.
+    """
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(
+            f"not a PostgreSQL connection string or URL: {_first_line(exc)}"
+        ) from exc
+    try:
+        psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, round(timeout))).close()
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL ({_where(dsn)}): {_first_line(exc)}. Is the server "
+            "running, and the address right?"
+        ) from exc

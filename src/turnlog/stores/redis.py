@@ -56,6 +56,7 @@ from turnlog.stores.redis_layout import (
     split_record,
     view_of,
 )
+from turnlog.stores.url import refuse_own_parameters
 
 try:
     import redis
@@ -87,9 +88,27 @@ def _guarded(
         try:
             return method(self, *args, **kwargs)
         except (RedisError, RedisClusterException) as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, write=method.__name__ not in _READS) from exc
 
     return wrapper
+
+
+# Methods that never write: a lost connection during one of them cannot have changed anything.
+_READS: Final = frozenset(
+    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view"}
+)
+
+
+def _connecting(exc: BaseException) -> bool:
+    """Whether redis-py raised `exc` while opening a connection, before any command was sent
+    on it (the frames of `Connection.connect` are on its traceback)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in ("connect", "connect_check_health") and "redis" in code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _same(stored: object, value: object) -> bool:
@@ -115,6 +134,8 @@ class RedisStore:
             (string, integer and boolean values), as `PostgresStore` has them; None indexes
             every key. Other keys are found by a scan of all sessions.
         timeout: socket timeout in seconds, for a store built from a URL.
+        connect_timeout: seconds to wait for a connection to open (default: `timeout`), for
+            a store built from a URL.
         retries: how often redis-py retries a command after a connection error, for a store
             built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
             and retrying an append with the same event ids is always safe.
@@ -135,6 +156,7 @@ class RedisStore:
         expiry_grace: timedelta | None = timedelta(days=1),
         indexed_keys: Iterable[str] | None = ("owner", "user_id", "principal"),
         timeout: float = 10.0,
+        connect_timeout: float | None = None,
         retries: int = 0,
     ) -> None:
         check_prefix(prefix)
@@ -146,7 +168,10 @@ class RedisStore:
             )
         self._closed = False
         self._where = "Redis"
-        self._client, self._owned, self._where = self._connect(url_or_client, timeout, retries)
+        self._retries = retries
+        self._client, self._owned, self._where = self._connect(
+            url_or_client, timeout, timeout if connect_timeout is None else connect_timeout, retries
+        )
         self._keys = Keys(prefix)
         self._clock = clock
         self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
@@ -169,12 +194,15 @@ class RedisStore:
 
     # -- connections ------------------------------------------------------------------------
 
-    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+    def _connect(
+        self, target: str | Any, timeout: float, connect_timeout: float, retries: int
+    ) -> tuple[Any, bool, str]:
         if isinstance(target, _RedisCluster) or (
             isinstance(target, str) and "+cluster://" in target
         ):
             raise InvalidInput("this is a Redis Cluster: use RedisClusterStore for it")
         if isinstance(target, str):
+            refuse_own_parameters(target, "RedisStore")
             parts = urlsplit(target)
             where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
             try:
@@ -182,7 +210,7 @@ class RedisStore:
                     target,
                     retry=Retry(NoBackoff(), retries),
                     socket_timeout=timeout,
-                    socket_connect_timeout=timeout,
+                    socket_connect_timeout=connect_timeout,
                 )
             except ValueError as exc:
                 raise InvalidInput(f"not a Redis URL: {exc}") from exc
@@ -210,8 +238,24 @@ class RedisStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _translate(self, exc: Exception) -> StoreError:
+    def _translate(self, exc: Exception, *, write: bool) -> StoreError:
+        """The StoreError for a redis-py error; `write`: the failed call was a write.
+
+        Only a write whose command may have reached the server says it may have landed: a
+        read, or a connection that never opened (with no retries), changed nothing.
+        """
         if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            if _connecting(exc):
+                unsent = "" if not write or self._retries == 0 else " A write may have landed."
+                return StoreError(
+                    f"cannot reach {self._where} ({exc}): is the server running, and the "
+                    f"address right?{unsent}"
+                )
+            if not write:
+                return StoreError(
+                    f"lost the connection to {self._where} ({exc}) during a read: check that "
+                    "the server is up and reachable, and retry"
+                )
             return StoreError(
                 f"lost the connection to {self._where} ({exc}): check that the server is up and "
                 "reachable. A write may or may not have landed; retrying an append with the "
@@ -533,6 +577,7 @@ class RedisStore:
                 )
         self._release(dead)
 
+    @_guarded
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:

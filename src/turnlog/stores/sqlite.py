@@ -658,4 +658,9 @@ def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
             f"{path} stayed locked by another writer past the busy timeout ({text}): "
             "retry, or raise busy_timeout"
         )
+    if "unable to open" in text and not path.parent.is_dir():
+        return StoreError(
+            f"cannot create {path}: the directory {path.parent} does not exist; create it first, "
+            "or pick another path"
+        )
     return StoreError(f"SQLite error on {path}: {text}")
