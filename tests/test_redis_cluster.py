@@ -52,7 +52,7 @@ class TestRedisClusterStore(_OnCluster, StoreContract):
 
 class TestRedisClusterChecks(_OnCluster, RedisChecks):
     def new_store(self, **kw):
-        return RedisClusterStore(self.url, prefix=self.prefix, **kw)
+        return RedisClusterStore(self.url, **{"prefix": self.prefix, **kw})
 
 
 class TestClusterOnly(_OnCluster):

@@ -118,6 +118,53 @@ class RedisChecks:
         store.append_events("{a}", turn("{a}", 1), 0)
         assert store.version("%7Ba%7D") == 0
 
+    # -- prefixes -------------------------------------------------------------------------------
+
+    def test_overlapping_prefixes_stay_apart(self):
+        """`app` and `app:m` shared keys once: the metadata index set `app:m:id:s<value>` of
+        one store was the event-id claim `app:m:id:<id>` of the other (WRONGTYPE), and
+        `SCAN MATCH app:*` found both stores' keys. Now each prefix is refused or kept apart."""
+        base = self.prefix
+        prefixes = [base]
+        for suffix in (":m", ":id", ":m:id", ":{:idx}", "m", "-m", ".id", "_x", "*", "[m]"):
+            try:
+                self.new_store(prefix=base + suffix).close()
+            except InvalidInput as exc:
+                assert "prefix" in str(exc)
+                continue
+            prefixes.append(base + suffix)
+        assert len(prefixes) >= 5, prefixes  # the plain suffixes open side by side
+        stores = [self.new_store(prefix=p, indexed_keys=None) for p in prefixes]
+        try:
+            for p, store in zip(prefixes, stores, strict=True):
+                store.create_session(Session("s", now(), metadata={"id": "sx", "owner": p}))
+                question = SessionEvent.for_message("s", Message.user("q"), event_id="ssx")
+                answer = SessionEvent.for_message("s", Message.assistant("a"), event_id="a-ssx")
+                store.append_events("s", [question, answer], 0)
+                store.create_session(Session("t", now(), metadata={"id": "sx", "owner": p}))
+            for p, store in zip(prefixes, stores, strict=True):
+                assert [e.id for e in store.events("s")] == ["ssx", "a-ssx"]
+                assert [s.id for s in store.find_by_metadata("id", "sx")] == ["s", "t"]
+                assert [s.id for s in store.find_by_metadata("owner", p)] == ["s", "t"]
+                assert sorted(s.id for s in store.list_sessions()) == ["s", "t"]
+            # the documented pattern, `SCAN MATCH <prefix>:*`, finds each store's keys only
+            found = [set(keys_of(s.client, p)) for p, s in zip(prefixes, stores, strict=True)]
+            for i, keys in enumerate(found):
+                assert keys, prefixes[i]
+                for j in range(i):
+                    assert not keys & found[j], (prefixes[i], prefixes[j])
+            assert stores[0].delete_session("s")
+            for store in stores[1:]:
+                assert [e.id for e in store.events("s")] == ["ssx", "a-ssx"]
+            for p, store in zip(prefixes, stores, strict=True):
+                store.delete_session("s")
+                store.delete_session("t")
+                assert keys_of(store.client, p) == [], p
+        finally:
+            for p, store in zip(prefixes, stores, strict=True):
+                purge(store.client, p)
+                store.close()
+
     # -- damaged data -----------------------------------------------------------------------------
 
     def _record_key(self, store, sid: str) -> str:
@@ -390,7 +437,7 @@ class TestRedisChecks(RedisChecks):
             purge(store.client, self.prefix)
 
     def new_store(self, **kw):
-        return RedisStore(self.url, prefix=self.prefix, **kw)
+        return RedisStore(self.url, **{"prefix": self.prefix, **kw})
 
 
 class TestRedisClients:
@@ -414,8 +461,8 @@ class TestRedisClients:
                 RedisStore(client)
         finally:
             client.close()
-        for prefix in ("", "a{b}", "a b"):
-            with pytest.raises(InvalidInput):
+        for prefix in ("", "a{b}", "a b", "a:b", "a*", "a?", "a[b]", "a\\b", "a\x01", "\ud800", 7):
+            with pytest.raises(InvalidInput, match="prefix"):
                 RedisStore(redis_url, prefix=prefix)
         with pytest.raises(InvalidInput, match="RedisClusterStore"):
             RedisStore("redis+cluster://127.0.0.1:7000")

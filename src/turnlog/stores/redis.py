@@ -53,6 +53,7 @@ from turnlog.stores.redis_layout import (
     SCRIPTS,
     Keys,
     batch_args,
+    check_prefix,
     decode_record,
     event_of,
     index_member,
@@ -124,7 +125,8 @@ class RedisStore:
             pool it opens and closes it in `close()`), or a `redis.Redis` client built with
             `decode_responses=False` (the caller keeps owning it).
         prefix: the first part of every key; several stores can share a server under different
-            prefixes. No `{`, `}` or whitespace.
+            prefixes. No `:`, braces, glob characters (`*?[]\\`), whitespace or control
+            characters (so `SCAN MATCH <prefix>:*` finds exactly this store's keys).
         clock: stamps events appended without a timestamp.
         expiry_grace: Redis deletes a session's own keys by itself this long after it expires
             (counted from the last write when it was written already expired). `delete_expired`
@@ -159,10 +161,7 @@ class RedisStore:
         connect_timeout: float | None = None,
         retries: int = 0,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \t\r\n"):
-            raise InvalidInput(
-                f"a Redis key prefix is a non-empty string without braces: {prefix!r}"
-            )
+        check_prefix(prefix)
         if expiry_grace is not None and (
             not isinstance(expiry_grace, timedelta) or expiry_grace <= timedelta(0)
         ):
