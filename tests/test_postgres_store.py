@@ -510,6 +510,42 @@ def test_an_append_racing_a_delete_leaves_no_orphans(store, postgres_dsn, pg_sch
         assert count == (0,), table
 
 
+@pytest.mark.parametrize("version", [0, 2])
+def test_a_version_checked_append_begun_during_a_delete_finds_no_session(
+    store, postgres_dsn, pg_schema, admin, version
+):
+    # Issue 7 item 1: the one-statement fast path (one event, an expected version) took its
+    # snapshot before a delete committed and made its check after, so it wrote into the deleted
+    # session and a session made again with the same id started at the old version.
+    store.create_session(Session("a", T0))
+    if version:
+        store.append_events("a", turn("a", 1), 0)
+    outcome = []
+
+    def append():
+        event = SessionEvent.for_message("a", Message.user("late"), event_id="late")
+        try:
+            outcome.append(store.append_events("a", [event], version))
+        except Exception as exc:
+            outcome.append(type(exc).__name__)
+
+    writer = threading.Thread(target=append)
+    with psycopg.connect(postgres_dsn, autocommit=True) as deleter, deleter.transaction():
+        # The delete has done its work but not committed: the append starts now, and waits.
+        assert deleter.execute(q("SELECT {s}.delete_session('a')", pg_schema)).fetchone() == (1,)
+        writer.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+    writer.join(10)
+    assert outcome == ["SessionNotFound"]
+    for table in ("events", "session_index"):
+        count = admin.execute(q(f"SELECT count(*) FROM {{s}}.{table}", pg_schema)).fetchone()
+        assert count == (0,), table
+    store.create_session(Session("a", T0))
+    assert store.version("a") == 0
+    assert store.events("a") == []
+    assert store.view("a") == []
+
+
 def test_a_delete_waits_for_an_append_in_flight_and_removes_its_events(
     store, postgres_dsn, pg_schema, admin
 ):

@@ -53,7 +53,6 @@ from turnlog.stores.postgres_schema import (
     _partition_count,
     check_schema_name,
     ensure_schema,
-    lock_class,
     migrate,
 )
 
@@ -64,19 +63,26 @@ _MAX_ATTEMPTS: Final = 1000
 _KEEP_IDLE_SECONDS: Final = 60.0
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 
-# The fast path of a version-checked one-event append on an unpartitioned schema: the shared
-# per-session lock (deletes take it exclusive), then the insert at seq v+1 if the log is at v.
-# No row back means the session is missing or not at v; a unique violation means another writer
-# or an id already stored. Either way `append_check` says which.
+# The fast path of a version-checked one-event append on an unpartitioned schema: one statement
+# that locks the session row (FOR KEY SHARE), checks the version and inserts at seq v+1 if the
+# log is at v. No row back means the session is missing or not at v; a unique violation means
+# another writer or an id already stored. Either way `append_check` says which.
+#
+# The row lock, not the advisory lock the append functions take, is what orders this statement
+# against deletes. One statement has one snapshot, taken before it waits for any lock: had it
+# waited for a delete's advisory lock, its checks would still see the session and the events
+# that delete removed, and it would write into the deleted session. A row lock is different:
+# it waits for a delete of the row to commit and then skips the row (READ COMMITTED), so the
+# append finds no session; and a delete that comes second waits for the append to commit (its
+# first statement deletes the session row), then removes the appended event with the rest.
+# FOR KEY SHARE does not conflict with the updates of the row (TTL, metadata, boundary).
 _DIRECT_ONE: Final = (
     'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
     "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
     "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
-    "FROM (SELECT pg_advisory_xact_lock_shared({lock}, hashtext(%(sid)s::text))) AS l "
-    "WHERE CASE WHEN %(v)s::bigint = 0 "
-    "THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text) "
-    "ELSE EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = %(sid)s::text "
-    "AND e.seq = %(v)s::bigint) END "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
     "RETURNING seq"
 )
 
@@ -294,9 +300,7 @@ class PostgresStore:
                 self._direct_one: str | None = None
                 if _partition_count(conn, self.schema) is None:
                     self._direct_one = (
-                        sql.SQL(_DIRECT_ONE)
-                        .format(s=sql.Identifier(self.schema), lock=lock_class(self.schema))
-                        .as_string(conn)
+                        sql.SQL(_DIRECT_ONE).format(s=sql.Identifier(self.schema)).as_string(conn)
                     )
         except BaseException:
             self.close()
