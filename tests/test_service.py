@@ -68,10 +68,43 @@ def test_ttl_and_delete_expired_follow_the_clock(clock_and_service):
     assert {s.id for s in service.sessions()} == {"long", "forever"}
 
 
-@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1), 5])
+def test_a_ttl_is_a_timedelta_or_seconds(clock_and_service):
+    # Issue 7 item 10: every duration takes seconds or a timedelta (the tool-search TTL did).
+    clock, service = clock_and_service
+    made = service.create("int", ttl=60)
+    assert made.expires_at == made.created_at + timedelta(minutes=1)
+    assert service.get("int").expires_at == made.expires_at
+    half = service.get_or_create("float", ttl=1.5)
+    assert half.expires_at == half.created_at + timedelta(seconds=1.5)
+    assert service.create("td", ttl=timedelta(seconds=60)).expires_at == made.expires_at
+    clock.advance(60)
+    assert service.delete_expired() == 3
+    assert service.sessions() == []
+
+
+@pytest.mark.parametrize(
+    "ttl",
+    [
+        timedelta(0),
+        timedelta(seconds=-1),
+        0,
+        -5,
+        0.0,
+        float("nan"),
+        float("inf"),
+        True,
+        "60",
+        [60],
+        10**30,
+        timedelta.max,
+    ],
+)
 def test_a_bad_ttl_is_refused(service, ttl):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="ttl"):
         service.create("s", ttl=ttl)
+    assert service.find("s") is None
+    with pytest.raises(InvalidInput, match="ttl"):
+        service.get_or_create("s", ttl=ttl)
     assert service.find("s") is None
 
 
