@@ -12,6 +12,7 @@ from turnlog.compaction import (
     CompactionTrigger,
     sent_events,
 )
+from turnlog.compaction._checks import check_function, describe
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
@@ -229,9 +230,18 @@ class SessionService:
             pass that lost the race is run again on the new view, up to N more times.
 
         Raises:
+            InvalidInput: `trigger` is not a function of the request (or an instance of a
+                trigger class), `strategy` has no `compact(request)` method, or `retries` is
+                not an integer >= 0. Checked before anything is read.
             SessionNotFound: no such session.
             Exception: whatever the summarizer raised; nothing was written.
         """
+        check_function(trigger, "trigger", "(CompactionRequest) -> bool, e.g. TurnCountTrigger(20)")
+        if isinstance(strategy, type) or not callable(getattr(strategy, "compact", None)):
+            raise InvalidInput(
+                "strategy must be a compaction strategy (an object with compact(request), "
+                f"e.g. WindowCompactionStrategy(...)); got {describe(strategy)}"
+            )
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidInput(f"retries must be an integer >= 0, got {retries!r}")
         session = self.get(session_id)
