@@ -365,3 +365,8 @@ def test_a_reply_that_is_not_a_message_is_refused_and_nothing_is_written(service
 def test_a_window_strategy_refuses_a_summarizer_it_could_not_call(summarizer):
     with pytest.raises(InvalidInput, match="summarizer"):
         WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarizer)
+
+
+def test_a_scripted_chat_model_without_replies_is_invalid_input():
+    with pytest.raises(InvalidInput, match="at least one reply"):
+        ScriptedChatModel([])
