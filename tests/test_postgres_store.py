@@ -276,6 +276,27 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.parametrize(
+    "bad", [0, -1, float("nan"), float("inf"), "10", True, None, timedelta(days=2)]
+)
+def test_a_connect_timeout_that_is_not_a_duration_is_refused_before_connecting(bad):
+    # Issue 7 item 10: seconds or a timedelta, positive and finite, as every duration.
+    with pytest.raises(InvalidInput, match="connect_timeout"):
+        PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=bad)
+
+
+def test_connect_timeout_takes_a_timedelta(postgres_dsn, pg_schema):
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
+        PostgresStore(
+            "postgresql://postgres@127.0.0.1:1/test", connect_timeout=timedelta(seconds=2)
+        )
+    assert time.monotonic() - started < 6
+    with PostgresStore(postgres_dsn, schema=pg_schema, connect_timeout=timedelta(seconds=5)) as s:
+        s.create_session(Session("a", T0))
+        assert s.version("a") == 0
+
+
 def test_hostile_session_ids_reach_only_their_own_rows(store):
     for i, sid in enumerate(HOSTILE):
         store.create_session(Session(sid, T0 + timedelta(seconds=i), metadata={"owner": sid}))

@@ -3,8 +3,9 @@
 Every public argument of turnlog that is a span of time takes either form, and refuses
 anything else with `InvalidInput` naming the argument: a session's `ttl`
 (`SessionService.create`, `get_or_create`), the tool-search `TtlEvictionStrategy(ttl)`,
-`SqliteStore(busy_timeout=...)`. A number is seconds (`int` or `float`; `True` and `False` are
-not numbers here); it must be finite.
+`SqliteStore(busy_timeout=...)`, `PostgresStore(connect_timeout=...)` and `migrate`,
+`RedisStore(timeout=..., expiry_grace=...)` (and the cluster store's). A number is seconds
+(`int` or `float`; `True` and `False` are not numbers here); it must be finite.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from turnlog.codec import decode_event, dump_json, encode_body, load_json, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
@@ -61,6 +62,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
 DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 1000
 _KEEP_IDLE_SECONDS: Final = 60.0
+_MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 
 # The fast path of a version-checked one-event append on an unpartitioned schema: one statement
@@ -226,11 +228,13 @@ class PostgresStore:
         indexed_keys: metadata keys kept in an index table, for a fast `find_by_metadata`.
             Keys are added to the schema (and existing sessions indexed) when a store opens;
             they are never removed. Other keys are found by a jsonb containment query.
-        connect_timeout: seconds to wait for the server, and for a free pooled connection.
+        connect_timeout: how long to wait for the server, and for a free pooled connection:
+            seconds or a `timedelta`.
         clock: stamps events appended without a timestamp.
 
     Raises:
-        InvalidInput: a bad schema name or partition count; a pool without autocommit.
+        InvalidInput: a bad schema name or partition count; a pool without autocommit; a
+            `connect_timeout` that is not a positive, finite duration (at most a day).
         StoreError: the server cannot be reached; the schema needs `turnlog migrate`, is newer
             than this turnlog, or is partitioned differently.
         CorruptData: the schema holds tables of something else.
@@ -246,10 +250,11 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         indexed_keys: Sequence[str] = DEFAULT_INDEXED_KEYS,
-        connect_timeout: float = 10.0,
+        connect_timeout: Duration = 10.0,
         clock: Clock = utc_now,
     ) -> None:
         self.schema = check_schema_name(schema)
+        connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=_MAX_CONNECT_WAIT)
         if isinstance(indexed_keys, str) or not all(isinstance(k, str) for k in indexed_keys):
             raise InvalidInput("indexed_keys must be a sequence of metadata key names")
         self._clock = clock
