@@ -632,3 +632,36 @@ def test_appends_at_the_end_from_many_threads_all_land_in_order(store):
     for w in range(6):
         mine = [e.id for e in log if e.id.startswith(f"{w}-") and not e.id.endswith("-v")]
         assert mine == [f"{w}-{i}" for i in range(60)]
+
+
+def test_a_delete_never_deadlocks_with_a_compaction_in_flight(
+    store, postgres_dsn, pg_schema, admin
+):
+    # A batch holding a boundary (a compaction) takes the session's advisory lock shared, inserts,
+    # then updates the session row's boundary pointer. A delete that deleted the row first and
+    # then waited for the advisory lock made a cycle: PostgreSQL broke it after deadlock_timeout
+    # by failing the delete. Deletes take the advisory lock before they touch the row.
+    store.create_session(Session("a", T0))
+    store.append_events("a", turn("a", 1), 0)
+    outcome = []
+
+    def delete():
+        try:
+            outcome.append(store.delete_session("a"))
+        except Exception as exc:
+            outcome.append(exc)
+
+    deleter = threading.Thread(target=delete)
+    with psycopg.connect(postgres_dsn, autocommit=True) as writer:
+        with writer.transaction():
+            writer.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s, hashtext('a'))", (lock_class(pg_schema),)
+            )
+            deleter.start()
+            _wait_for_waiters(admin, pg_schema, 1)
+            started = time.monotonic()
+            writer.execute(q("UPDATE {s}.sessions SET boundary_seq = 2 WHERE id = 'a'", pg_schema))
+            assert time.monotonic() - started < 0.5, "the compaction waited for the delete"
+    deleter.join(10)
+    assert outcome == [True]
+    assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)

@@ -398,12 +398,12 @@ class PostgresStore:
 
     def delete_session(self, session_id: str) -> bool:
         with self._conn("deleting session", session_id) as conn:
-            row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
+            row = conn.execute(self._q.delete_session, {"id": session_id}).fetchone()
         return row is not None and row[0] > 0
 
     def delete_expired(self, before: datetime) -> int:
         with self._conn("deleting expired sessions") as conn:
-            row = conn.execute(self._q.delete_expired, (before,)).fetchone()
+            row = conn.execute(self._q.delete_expired, {"before": before}).fetchone()
         return 0 if row is None else int(row[0])
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:

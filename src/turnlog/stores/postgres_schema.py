@@ -289,6 +289,9 @@ $fn$;
 # Deleting: the session rows first (a sweep re-checks the expiry of a row whose TTL was
 # extended meanwhile, and skips it), then the exclusive advisory lock of each deleted session,
 # which waits for the appends in flight; then, with a fresh snapshot, everything of them.
+# `PostgresStore` takes those advisory locks before it calls these functions (see
+# `postgres_queries`), so that a delete never holds a session row while it waits for an
+# append that will update that row (a boundary): here they are then taken again, at no cost.
 _V1_DELETE: Final = """
 CREATE FUNCTION {s}.purge(p_gone text[]) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
