@@ -652,16 +652,15 @@ def test_a_delete_never_deadlocks_with_a_compaction_in_flight(
             outcome.append(exc)
 
     deleter = threading.Thread(target=delete)
-    with psycopg.connect(postgres_dsn, autocommit=True) as writer:
-        with writer.transaction():
-            writer.execute(
-                "SELECT pg_advisory_xact_lock_shared(%s, hashtext('a'))", (lock_class(pg_schema),)
-            )
-            deleter.start()
-            _wait_for_waiters(admin, pg_schema, 1)
-            started = time.monotonic()
-            writer.execute(q("UPDATE {s}.sessions SET boundary_seq = 2 WHERE id = 'a'", pg_schema))
-            assert time.monotonic() - started < 0.5, "the compaction waited for the delete"
+    with psycopg.connect(postgres_dsn, autocommit=True) as writer, writer.transaction():
+        writer.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, hashtext('a'))", (lock_class(pg_schema),)
+        )
+        deleter.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+        started = time.monotonic()
+        writer.execute(q("UPDATE {s}.sessions SET boundary_seq = 2 WHERE id = 'a'", pg_schema))
+        assert time.monotonic() - started < 0.5, "the compaction waited for the delete"
     deleter.join(10)
     assert outcome == [True]
     assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)
