@@ -252,21 +252,35 @@ class SessionStore(Protocol):
         ...
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         """Append all of `events` or none; returns the new version.
 
-        Events whose id the session holds already are skipped (a retry is a no-op).
+        Events whose id the session holds already are skipped (a retry is a no-op). The events
+        that are new must keep the view rules (`turnlog.rules`), checked against the end of the
+        log inside the same write; `check_rules=False` stores them as they are (importing a
+        broken transcript on purpose; `SessionService.view_messages` repairs the view).
 
         Raises:
             SessionNotFound: no such session.
             VersionConflict: the log is not at `expected_version`; nothing was written.
-            InvalidInput: a bad batch, or an id that another session holds.
+            InvalidInput: a bad batch, an id that another session holds, or an event that
+                would break a view rule; nothing was written.
         """
         ...
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
-        """Append one event at the end, whatever the version; returns it as stored."""
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
+        """Append one event at the end, whatever the version; returns it as stored.
+
+        Raises:
+            InvalidInput: as `append_events` (the view rules are checked at the end of the log
+                as it is when the event lands).
+        """
         ...
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:

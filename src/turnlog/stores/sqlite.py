@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from turnlog.codec import decode_event, dump_json, encode_body, from_micros, load_json, to_micros
+from turnlog.codec import (
+    decode_event,
+    dump_json,
+    encode_body,
+    from_micros,
+    load_json,
+    message_ids,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import (
     CorruptData,
@@ -28,6 +36,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -72,6 +81,15 @@ _CHUNK: Final = 500
 _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
+)
+_LAST: Final = (  # the version, whether the session exists, and the newest event (to check rules)
+    "SELECT e.seq, EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1), e.type, e.role, "
+    "e.synthetic, e.body FROM (SELECT 1) LEFT JOIN (SELECT seq, type, role, synthetic, body "
+    "FROM turnlog_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) e"
+)
+_BEFORE: Final = (  # the messages before a seq, newest first, as far as the rules read them
+    "SELECT type, role, synthetic, body FROM turnlog_events WHERE session_id = ? AND seq < ? "
+    "ORDER BY seq DESC"
 )
 _INSERT: Final = (
     "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
@@ -319,7 +337,12 @@ class SqliteStore:
     # -- events -----------------------------------------------------------------------------
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         if isinstance(events, (list, tuple)) and len(events) == 1:
             one = events[0]
@@ -330,13 +353,17 @@ class SqliteStore:
                 and type(expected_version) is int
                 and expected_version >= 0
             ):
-                version = self._append_one(session_id, one, expected_version)
+                version = self._append_one(session_id, one, expected_version, check_rules)
                 if version is not None:
                     return version
         batch = check_batch(session_id, events, expected_version)
-        return self._append(session_id, batch, expected_version, want_copies=False)[0]
+        return self._append(
+            session_id, batch, expected_version, want_copies=False, check_rules=check_rules
+        )[0]
 
-    def _append_one(self, session_id: str, event: SessionEvent, expected: int) -> int | None:
+    def _append_one(
+        self, session_id: str, event: SessionEvent, expected: int, check_rules: bool
+    ) -> int | None:
         """The commonest append, one message at its expected version, with nothing around it.
 
         Returns the new version, or None when it wrote nothing because the general path has to
@@ -352,7 +379,15 @@ class SqliteStore:
                 raise _translate(exc, self.path) from exc
             done = False
             try:
-                row = conn.execute(_VERSION, (session_id,)).fetchone()
+                if check_rules and needs_tail([event]):
+                    row = conn.execute(_LAST, (session_id,)).fetchone()
+                    if row[1] and (row[0] or 0) == expected:
+                        try:
+                            check_append(self._tail(conn, session_id, row), [event])
+                        except InvalidInput:
+                            return None  # the general path tells a retry from a broken rule
+                else:
+                    row = conn.execute(_VERSION, (session_id,)).fetchone()
                 if row[1] and (row[0] or 0) == expected:
                     try:
                         conn.execute(
@@ -372,9 +407,11 @@ class SqliteStore:
                 if not done:
                     conn.execute("ROLLBACK")
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(event.session_id, [event], 0)
-        stored = self._append(event.session_id, [event], None, want_copies=True)[1]
+        stored = self._append(
+            event.session_id, [event], None, want_copies=True, check_rules=check_rules
+        )[1]
         if stored:
             return stored[0]
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -389,6 +426,7 @@ class SqliteStore:
         expected: int | None,
         *,
         want_copies: bool,
+        check_rules: bool,
     ) -> tuple[int, list[SessionEvent]]:
         """Append under the write lock; `expected=None` appends at the end.
 
@@ -408,11 +446,24 @@ class SqliteStore:
                 raise VersionConflict(session_id, expected, version)
             if any(e.type == EventType.COMPACTION for e in batch):
                 check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
+            if check_rules:
+                try:
+                    self._check_rules(conn, session_id, batch)
+                except InvalidInput:  # a retry: the rules apply to the part not stored yet
+                    fresh, fresh_bodies = self._drop_stored(conn, session_id, batch, bodies)
+                    if len(fresh) == len(batch):
+                        raise
+                    if not fresh:
+                        return version, []
+                    batch, bodies = fresh, fresh_bodies
+                    self._check_rules(conn, session_id, batch)
             timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
             if not self._insert(conn, session_id, version, batch, timestamps, bodies):
                 batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
                 if not batch:
                     return version, []
+                if check_rules:  # the retried part alone must keep the rules
+                    self._check_rules(conn, session_id, batch)
                 timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
                 if not self._insert(conn, session_id, version, batch, timestamps, bodies):
                     # pragma: no cover - impossible under the write lock
@@ -574,6 +625,37 @@ class SqliteStore:
         if not row[1]:
             raise SessionNotFound(session_id)
         return int(row[0] or 0)
+
+    def _check_rules(
+        self, conn: sqlite3.Connection, session_id: str, batch: list[SessionEvent]
+    ) -> None:
+        """Raise `InvalidInput` unless appending `batch` keeps the view rules."""
+        tail = EMPTY_TAIL
+        if needs_tail(batch):
+            tail = self._tail(conn, session_id, conn.execute(_LAST, (session_id,)).fetchone())
+        check_append(tail, batch)
+
+    def _tail(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
+        """The log's `Tail`, from its newest row `last` (a `_LAST` row) back as far as needed."""
+        if last[0] is None:
+            return EMPTY_TAIL
+
+        def rows() -> Generator[tuple[str, list[str]]]:
+            if last[2] == "MESSAGE" and not last[4] and last[3] != "system":
+                yield last[3], ([] if last[3] == "user" else message_ids(last[5]))
+            cur = conn.execute(_BEFORE, (session_id, last[0]))
+            try:
+                for kind, role, synthetic, body in cur:
+                    if kind == "MESSAGE" and not synthetic and role != "system":
+                        yield role, ([] if role == "user" else message_ids(body))
+            finally:
+                cur.close()
+
+        walk = rows()
+        try:
+            return tail_of(walk)
+        finally:
+            walk.close()
 
     def _check_session(self, conn: sqlite3.Connection, session_id: str) -> None:
         if conn.execute("SELECT 1 FROM turnlog_sessions WHERE id = ?", (session_id,)).fetchone():
