@@ -165,7 +165,8 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
                 )
             continue
         summary_ids = set()
-        tail = _step(tail, event.id, m)
+        if m.role != "system":
+            tail = _step(tail, event.id, m)
     return tail
 
 

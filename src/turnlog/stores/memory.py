@@ -168,9 +168,7 @@ class MemoryStore:
             log = self._log(event.session_id)
             if event.id in log.by_id:
                 return log.by_id[event.id]
-            self.append_events(
-                event.session_id, [event], len(log.events), check_rules=check_rules
-            )
+            self.append_events(event.session_id, [event], len(log.events), check_rules=check_rules)
             return log.events[-1]
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
