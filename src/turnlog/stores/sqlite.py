@@ -369,6 +369,9 @@ class SqliteStore:
         Returns the new version, or None when it wrote nothing because the general path has to
         decide (another version, an unknown session, an id already stored).
         """
+        tail_needed = check_rules and needs_tail([event])
+        if check_rules and not tail_needed and event.synthetic:
+            return None  # the general path refuses it (or skips it when it is stored)
         body = encode_body(event)
         micros = to_micros(event.timestamp or self._clock())
         conn = self._conn()
@@ -379,7 +382,7 @@ class SqliteStore:
                 raise _translate(exc, self.path) from exc
             done = False
             try:
-                if check_rules and needs_tail([event]):
+                if tail_needed:
                     row = conn.execute(_LAST, (session_id,)).fetchone()
                     if row[1] and (row[0] or 0) == expected:
                         try:
