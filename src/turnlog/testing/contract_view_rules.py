@@ -12,7 +12,7 @@ import pytest
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
-from turnlog.rules import REPAIR_KEY, PLACEHOLDER_RESULT
+from turnlog.rules import PLACEHOLDER_RESULT, REPAIR_KEY
 from turnlog.service import SessionService
 from turnlog.stores.base import SessionStore
 from turnlog.testing._base import AUDIT, ContractBase, msg
