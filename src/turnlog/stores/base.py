@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Protocol, overload, runtime_checkable
@@ -10,6 +10,7 @@ from typing import Protocol, overload, runtime_checkable
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Role, Session, SessionEvent, check_id
+from turnlog.rules import EMPTY_TAIL, check_append, needs_tail, tail_of
 
 __all__ = [
     "Clock",
@@ -18,6 +19,7 @@ __all__ = [
     "apply_filter",
     "check_batch",
     "check_boundaries",
+    "check_rules_at",
     "check_version",
     "stamped",
     "utc_now",
@@ -213,6 +215,69 @@ def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]],
                 f"compaction event {event.id!r} names events that are not message events of "
                 f"this session: {', '.join(sorted(missing)[:5])}"
             )
+
+
+TailRows = Iterator[tuple[str, Sequence[str]]]
+"""A log's non-synthetic user, assistant and tool messages, newest first, as `rules.tail_of`
+reads them; fetched lazily."""
+
+
+def check_rules_at(
+    batch: list[SessionEvent],
+    expected: int | None,
+    read_tail: Callable[[], tuple[int, TailRows]],
+    stored: Callable[[list[str]], set[str]],
+) -> int | None:
+    """The view-rule check of a store that reads the end of the log before a version-checked
+    write (PostgreSQL, Redis): the write must then be conditioned on the version returned.
+
+    Args:
+        batch: the events to append.
+        expected: the version the caller expects; None to append at the end.
+        read_tail: returns the log's version and its messages newest first (lazily).
+        stored: given ids, returns those the session holds already.
+
+    Returns:
+        The version the write must be conditioned on; None when the check cannot apply
+        because the log is not at `expected` (the write then raises `VersionConflict`, or
+        skips a retry's stored events).
+
+    Raises:
+        InvalidInput: the new events of `batch` break a view rule.
+    """
+    if not needs_tail(batch):
+        try:
+            check_append(EMPTY_TAIL, batch)
+        except InvalidInput:
+            fresh = _fresh(batch, stored)
+            if len(fresh) == len(batch):
+                raise
+            check_append(EMPTY_TAIL, fresh)
+        return expected
+    version, rows = read_tail()
+    try:
+        if expected is not None and version != expected:
+            return None
+        tail = tail_of(rows)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    try:
+        check_append(tail, batch)
+    except InvalidInput:
+        fresh = _fresh(batch, stored)
+        if len(fresh) == len(batch):
+            raise
+        check_append(tail, fresh)
+    return version
+
+
+def _fresh(
+    batch: list[SessionEvent], stored: Callable[[list[str]], set[str]]
+) -> list[SessionEvent]:
+    known = stored([e.id for e in batch])
+    return [e for e in batch if e.id not in known]
 
 
 @runtime_checkable
