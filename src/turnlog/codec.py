@@ -30,6 +30,7 @@ __all__ = [
     "from_micros",
     "load_json",
     "message_ids",
+    "message_role",
     "to_micros",
 ]
 
@@ -73,8 +74,17 @@ class _IdsBody(msgspec.Struct):
     message: _IdsMessage | None = None
 
 
+class _RoleMessage(msgspec.Struct):
+    role: str
+
+
+class _RoleBody(msgspec.Struct):
+    message: _RoleMessage | None = None
+
+
 _encoder: Final = msgspec.json.Encoder()
 _ids_decoder: Final = msgspec.json.Decoder(_IdsBody)
+_role_decoder: Final = msgspec.json.Decoder(_RoleBody)
 _decoder: Final = msgspec.json.Decoder(_Body)
 _any_decoder: Final = msgspec.json.Decoder()
 
@@ -128,6 +138,19 @@ def message_ids(body: bytes | str) -> list[str]:
     if message is None:
         return []
     return [c[0] for c in message.tool_calls] + [r[0] for r in message.tool_results]
+
+
+def message_role(body: bytes) -> str | None:
+    """The role of the message a stored body holds; None for another event's body.
+
+    Raises:
+        CorruptData: the body cannot be decoded.
+    """
+    try:
+        message = _role_decoder.decode(body).message
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptData(f"a stored message cannot be read: {exc}") from exc
+    return None if message is None else message.role
 
 
 def decode_event(
