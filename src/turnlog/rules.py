@@ -166,7 +166,7 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
             continue
         summary_ids = set()
         if m.role != "system":
-            tail = _step(tail, event.id, m)
+            tail = _step(tail, f"{m.role} message {event.id!r}", m)
     return tail
 
 
@@ -203,11 +203,11 @@ def check_summary(messages: Sequence[Message], what: str = "a summary") -> None:
 
 
 def _step(tail: Tail, where: str, m: Message) -> Tail:
-    """The tail after message `m` (event id `where`), or `InvalidInput` naming the broken rule."""
+    """The tail after message `m` (`where` names it), or `InvalidInput` naming the broken rule."""
     if m.role == "tool":
         if not tail.started:
             raise InvalidInput(
-                f"tool message {where!r} would be the first message of the conversation: it "
+                f"{where} would be the first message of the conversation: it "
                 "answers no call (R1; the first non-system message is a user message, R3). "
                 "Append the user message and the assistant's call first." + _HINT
             )
@@ -215,7 +215,7 @@ def _step(tail: Tail, where: str, m: Message) -> Tail:
         for result in m.tool_results:
             if result.call_id not in still:
                 raise InvalidInput(
-                    f"tool message {where!r} answers call {result.call_id!r}, which is not an "
+                    f"{where} answers call {result.call_id!r}, which is not an "
                     "open call of the turn in progress (R1: a tool result answers an earlier "
                     "call of the same prompt, once, before the next message). "
                     + (
@@ -230,7 +230,7 @@ def _step(tail: Tail, where: str, m: Message) -> Tail:
         return Tail(tuple(still), True)
     if tail.open_calls:
         raise InvalidInput(
-            f"{m.role} message {where!r} comes while the calls {_names(tail.open_calls)} are "
+            f"{where} comes while the calls {_names(tail.open_calls)} are "
             "unanswered (R2: calls are answered before the next message): append a tool "
             "message with a ToolResult for each first (an error text is fine, e.g. "
             "ToolResult(call_id, name, 'error: cancelled'))." + _HINT
@@ -239,20 +239,18 @@ def _step(tail: Tail, where: str, m: Message) -> Tail:
         return Tail((), True)
     if not m.tool_calls and not (m.text or "").strip():
         raise InvalidInput(
-            f"assistant message {where!r} is empty (no text and no tool calls): a provider "
+            f"{where} is empty (no text and no tool calls): a provider "
             "refuses it; do not store it, or give it text." + _HINT
         )
     if not tail.started:
         raise InvalidInput(
-            f"assistant message {where!r} would be the first message of the conversation (R3: "
+            f"{where} would be the first message of the conversation (R3: "
             "the first non-system message is a user message): append the user message first, "
             "or keep a greeting in the system prompt." + _HINT
         )
     ids = tuple(c.id for c in m.tool_calls)
     if len(set(ids)) != len(ids):
-        raise InvalidInput(
-            f"assistant message {where!r} calls the same id twice: give each call its own id"
-        )
+        raise InvalidInput(f"{where} calls the same id twice: give each call its own id")
     return Tail(ids, True)
 
 
@@ -266,7 +264,7 @@ def check_messages(messages: Sequence[Message], where: str = "message") -> None:
     for n, m in enumerate(messages, start=1):
         if m.role == "system":
             continue
-        tail = _step(tail, f"{where} {n}", m)
+        tail = _step(tail, f"{where} {n} ({m.role})", m)
 
 
 def _marked(message: Message, repair: str) -> Message:
