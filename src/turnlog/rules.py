@@ -29,7 +29,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import EventType, Message, SessionEvent, ToolResult
 
@@ -171,6 +170,8 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
 
 
 def _summary_ids(event: SessionEvent) -> set[str]:
+    from turnlog.compaction.boundary import CompactionBoundary  # compaction imports this module
+
     try:
         return set(CompactionBoundary.from_event(event).summary_event_ids)
     except CorruptData as exc:

@@ -169,6 +169,23 @@ class ViewRuleContract(ContractBase):
         store.append_event(_reply(sid))
         assert store.version(sid) == 9
 
+    def test_a_long_tool_loop_is_read_back_past_many_events(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        ids = [f"c{i}" for i in range(12)]
+        store.append_events(sid, [_user(sid), _calls(sid, *ids)], 0)
+        for i in ids[:-1]:  # one tool message per call, custom events between them
+            store.append_event(_results(sid, i))
+            store.append_event(SessionEvent.for_payload(sid, AUDIT, {"after": i}))
+        self._refused(store, sid, _reply(sid), r"'c11' are unanswered")
+        self._refused(store, sid, _results(sid, "c3"), "R1")
+        store.append_event(_results(sid, "c11"))
+        for n in range(10):
+            store.append_event(SessionEvent.for_payload(sid, AUDIT, {"n": n}))
+        self._refused(store, sid, _results(sid, "c0"), "R1")
+        store.append_event(_reply(sid))
+        assert store.version(sid) == 2 + 22 + 1 + 10 + 1
+
     def test_a_compaction_between_a_call_and_its_result(
         self, store: SessionStore, sid: str
     ) -> None:
