@@ -7,10 +7,14 @@ purpose, and `SessionService.view_messages` repairs its view.
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
+
 import pytest
 
 from turnlog.compaction.boundary import CompactionBoundary
-from turnlog.errors import InvalidInput
+from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
 from turnlog.rules import PLACEHOLDER_RESULT, REPAIR_KEY
 from turnlog.service import SessionService
@@ -34,6 +38,27 @@ def _results(sid: str, *ids: str) -> SessionEvent:
 
 def _reply(sid: str, text: str = "answer") -> SessionEvent:
     return msg(sid, Message.assistant(text))
+
+
+def _race(writers: int, write: Callable[[int], None]) -> list[str]:
+    """Run `write(n)` in `writers` threads released at once; "ok" or the error's name each."""
+    barrier = threading.Barrier(writers)
+    outcomes: list[str] = []
+
+    def run(n: int) -> None:
+        barrier.wait()
+        try:
+            write(n)
+            outcomes.append("ok")
+        except (InvalidInput, VersionConflict) as exc:
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
 
 
 class ViewRuleContract(ContractBase):
@@ -216,6 +241,28 @@ class ViewRuleContract(ContractBase):
         assert store.append_events(sid, [result], 3) == 3  # a retry of what landed: a no-op
         assert store.append_event(result).seq == 3
         assert store.append_events(sid, [result, _reply(sid)], 3) == 4
+
+    def test_racing_writers_cannot_together_break_a_rule(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        """Four writers answer the one open call at once, on both append paths: exactly one
+        may (R1: a call is answered once)."""
+        for round_ in range(4):
+            call = f"c{round_}"
+            store.append_event(_user(sid, f"q{round_}"))
+            store.append_event(_calls(sid, call))
+            outcomes = _race(4, functools.partial(self._answer, store, sid, call))
+            assert outcomes.count("ok") == 1, outcomes
+            results = [e for e in store.events(sid) if e.role == "tool"]
+            assert len(results) == round_ + 1
+            store.append_event(_reply(sid))
+
+    def _answer(self, store: SessionStore, sid: str, call: str, n: int) -> None:
+        event = _results(sid, call)
+        if n % 2:
+            store.append_event(event)
+        else:
+            store.append_events(sid, [event], store.version(sid))
 
     # -- the explicit path --------------------------------------------------------------------
 
