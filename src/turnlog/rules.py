@@ -25,7 +25,8 @@ Pure: no I/O. A store derives the `Tail` of a log (`tail_of`) inside its write, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -35,8 +36,10 @@ from turnlog.events import EventType, Message, SessionEvent, ToolResult
 __all__ = [
     "EMPTY_TAIL",
     "REPAIR_KEY",
+    "STARTED",
     "Tail",
     "check_append",
+    "check_event",
     "check_messages",
     "check_summary",
     "needs_tail",
@@ -71,6 +74,8 @@ class Tail:
 
 
 EMPTY_TAIL: Final = Tail()
+STARTED: Final = Tail((), True)
+"""The tail of a log whose newest message needs nothing: a user message, a reply without calls."""
 
 
 def _counts(event: SessionEvent) -> bool:
@@ -165,7 +170,7 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
             continue
         summary_ids = set()
         if m.role != "system":
-            tail = _step(tail, f"{m.role} message {event.id!r}", m)
+            tail = _step(tail, m, functools.partial(_label, m.role, event.id))
     return tail
 
 
@@ -203,12 +208,31 @@ def check_summary(messages: Sequence[Message], what: str = "a summary") -> None:
             raise InvalidInput(f"{what} holds an empty {m.role} message: give it text")
 
 
-def _step(tail: Tail, where: str, m: Message) -> Tail:
-    """The tail after message `m` (`where` names it), or `InvalidInput` naming the broken rule."""
+def _label(role: str, event_id: str) -> str:
+    return f"{role} message {event_id!r}"
+
+
+def check_event(tail: Tail, event: SessionEvent) -> Tail:
+    """`check_append(tail, [event])` for one user, assistant or tool message that is not
+    synthetic (see `needs_tail`): the short path of a one-event append.
+
+    Raises:
+        InvalidInput: as `check_append`.
+    """
+    m = event.message
+    assert m is not None
+    return _step(tail, m, functools.partial(_label, m.role, event.id))
+
+
+def _step(tail: Tail, m: Message, label: Callable[[], str]) -> Tail:
+    """The tail after message `m` (`label()` names it), or `InvalidInput` naming the broken
+    rule."""
+    if m.role == "user" and not tail.open_calls:
+        return STARTED
     if m.role == "tool":
         if not tail.started:
             raise InvalidInput(
-                f"{where} would be the first message of the conversation: it "
+                f"{label()} would be the first message of the conversation: it "
                 "answers no call (R1; the first non-system message is a user message, R3). "
                 "Append the user message and the assistant's call first." + _HINT
             )
@@ -216,7 +240,7 @@ def _step(tail: Tail, where: str, m: Message) -> Tail:
         for result in m.tool_results:
             if result.call_id not in still:
                 raise InvalidInput(
-                    f"{where} answers call {result.call_id!r}, which is not an "
+                    f"{label()} answers call {result.call_id!r}, which is not an "
                     "open call of the turn in progress (R1: a tool result answers an earlier "
                     "call of the same prompt, once, before the next message). "
                     + (
@@ -231,27 +255,25 @@ def _step(tail: Tail, where: str, m: Message) -> Tail:
         return Tail(tuple(still), True)
     if tail.open_calls:
         raise InvalidInput(
-            f"{where} comes while the calls {_names(tail.open_calls)} are "
+            f"{label()} comes while the calls {_names(tail.open_calls)} are "
             "unanswered (R2: calls are answered before the next message): append a tool "
             "message with a ToolResult for each first (an error text is fine, e.g. "
             "ToolResult(call_id, name, 'error: cancelled'))." + _HINT
         )
-    if m.role == "user":
-        return Tail((), True)
     if not m.tool_calls and not (m.text or "").strip():
         raise InvalidInput(
-            f"{where} is empty (no text and no tool calls): a provider "
+            f"{label()} is empty (no text and no tool calls): a provider "
             "refuses it; do not store it, or give it text." + _HINT
         )
     if not tail.started:
         raise InvalidInput(
-            f"{where} would be the first message of the conversation (R3: "
+            f"{label()} would be the first message of the conversation (R3: "
             "the first non-system message is a user message): append the user message first, "
             "or keep a greeting in the system prompt." + _HINT
         )
     ids = tuple(c.id for c in m.tool_calls)
     if len(set(ids)) != len(ids):
-        raise InvalidInput(f"{where} calls the same id twice: give each call its own id")
+        raise InvalidInput(f"{label()} calls the same id twice: give each call its own id")
     return Tail(ids, True)
 
 
@@ -265,7 +287,7 @@ def check_messages(messages: Sequence[Message], where: str = "message") -> None:
     for n, m in enumerate(messages, start=1):
         if m.role == "system":
             continue
-        tail = _step(tail, f"{where} {n} ({m.role})", m)
+        tail = _step(tail, m, functools.partial(str.format, "{} {} ({})", where, n, m.role))
 
 
 def _marked(message: Message, repair: str) -> Message:

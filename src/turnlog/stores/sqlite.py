@@ -36,7 +36,15 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, check_id
-from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
+from turnlog.rules import (
+    EMPTY_TAIL,
+    STARTED,
+    Tail,
+    check_append,
+    check_event,
+    needs_tail,
+    tail_of,
+)
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -82,10 +90,9 @@ _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
 )
-_LAST: Final = (  # the version, whether the session exists, and the newest event (to check rules)
-    "SELECT e.seq, EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1), e.type, e.role, "
-    "e.synthetic, e.body FROM (SELECT 1) LEFT JOIN (SELECT seq, type, role, synthetic, body "
-    "FROM turnlog_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) e"
+_NEWEST: Final = (  # the newest event: its seq is the version (to check the view rules)
+    "SELECT seq, type, role, synthetic, body FROM turnlog_events WHERE session_id = ? "
+    "ORDER BY seq DESC LIMIT 1"
 )
 _BEFORE: Final = (  # the messages before a seq, newest first, as far as the rules read them
     "SELECT type, role, synthetic, body FROM turnlog_events WHERE session_id = ? AND seq < ? "
@@ -369,8 +376,9 @@ class SqliteStore:
         Returns the new version, or None when it wrote nothing because the general path has to
         decide (another version, an unknown session, an id already stored).
         """
-        tail_needed = check_rules and needs_tail([event])
-        if check_rules and not tail_needed and event.synthetic:
+        m = event.message
+        tail_needed = check_rules and m is not None and not event.synthetic and m.role != "system"
+        if check_rules and event.synthetic:
             return None  # the general path refuses it (or skips it when it is stored)
         body = encode_body(event)
         micros = to_micros(event.timestamp or self._clock())
@@ -382,15 +390,16 @@ class SqliteStore:
                 raise _translate(exc, self.path) from exc
             done = False
             try:
+                last = None
                 if tail_needed:
-                    row = conn.execute(_LAST, (session_id,)).fetchone()
-                    if row[1] and (row[0] or 0) == expected:
-                        try:
-                            check_append(self._tail(conn, session_id, row), [event])
-                        except InvalidInput:
-                            return None  # the general path tells a retry from a broken rule
-                else:
-                    row = conn.execute(_VERSION, (session_id,)).fetchone()
+                    last = conn.execute(_NEWEST, (session_id,)).fetchone()
+                # rows exist only for a session that does (a delete removes both at once)
+                row = (last[0], 1) if last else conn.execute(_VERSION, (session_id,)).fetchone()
+                if tail_needed and row[1] and (row[0] or 0) == expected:
+                    try:
+                        check_event(self._tail(conn, session_id, last), event)
+                    except InvalidInput:
+                        return None  # the general path tells a retry from a broken rule
                 if row[1] and (row[0] or 0) == expected:
                     try:
                         conn.execute(
@@ -635,17 +644,23 @@ class SqliteStore:
         """Raise `InvalidInput` unless appending `batch` keeps the view rules."""
         tail = EMPTY_TAIL
         if needs_tail(batch):
-            tail = self._tail(conn, session_id, conn.execute(_LAST, (session_id,)).fetchone())
+            tail = self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
         check_append(tail, batch)
 
     def _tail(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
-        """The log's `Tail`, from its newest row `last` (a `_LAST` row) back as far as needed."""
-        if last[0] is None:
+        """The log's `Tail`, from its newest row `last` (a `_NEWEST` row, None for an empty
+        log) back as far as needed."""
+        if last is None:
             return EMPTY_TAIL
+        if last[1] == "MESSAGE" and not last[3]:  # the commonest cases: no walk back
+            if last[2] == "user":
+                return STARTED
+            if last[2] == "assistant":
+                return Tail(tuple(message_ids(last[4])), True)
 
         def rows() -> Generator[tuple[str, list[str]]]:
-            if last[2] == "MESSAGE" and not last[4] and last[3] != "system":
-                yield last[3], ([] if last[3] == "user" else message_ids(last[5]))
+            if last[1] == "MESSAGE" and not last[3] and last[2] != "system":
+                yield last[2], message_ids(last[4])
             cur = conn.execute(_BEFORE, (session_id, last[0]))
             try:
                 for kind, role, synthetic, body in cur:
