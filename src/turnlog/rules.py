@@ -25,8 +25,7 @@ Pure: no I/O. A store derives the `Tail` of a log (`tail_of`) inside its write, 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -170,7 +169,7 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
             continue
         summary_ids = set()
         if m.role != "system":
-            tail = _step(tail, m, functools.partial(_label, m.role, event.id))
+            tail = _step(tail, m, event.id)
     return tail
 
 
@@ -208,8 +207,9 @@ def check_summary(messages: Sequence[Message], what: str = "a summary") -> None:
             raise InvalidInput(f"{what} holds an empty {m.role} message: give it text")
 
 
-def _label(role: str, event_id: str) -> str:
-    return f"{role} message {event_id!r}"
+def _label(m: Message, where: str | int, what: str) -> str:
+    """How an error names a message: `event id` or `what` N (its place in a conversation)."""
+    return f"{m.role} message {where!r}" if isinstance(where, str) else f"{what} {where} ({m.role})"
 
 
 def check_event(tail: Tail, event: SessionEvent) -> Tail:
@@ -221,14 +221,22 @@ def check_event(tail: Tail, event: SessionEvent) -> Tail:
     """
     m = event.message
     assert m is not None
-    return _step(tail, m, functools.partial(_label, m.role, event.id))
+    return _step(tail, m, event.id)
 
 
-def _step(tail: Tail, m: Message, label: Callable[[], str]) -> Tail:
-    """The tail after message `m` (`label()` names it), or `InvalidInput` naming the broken
-    rule."""
-    if m.role == "user" and not tail.open_calls:
-        return STARTED
+def _step(tail: Tail, m: Message, where: str | int, what: str = "message") -> Tail:
+    """The tail after message `m` (event id or place `where`), or `InvalidInput` naming the
+    broken rule."""
+    role = m.role
+    if not tail.open_calls:
+        if role == "user":
+            return STARTED
+        if role == "assistant" and not m.tool_calls and tail.started and (m.text or "").strip():
+            return STARTED
+
+    def label() -> str:
+        return _label(m, where, what)
+
     if m.role == "tool":
         if not tail.started:
             raise InvalidInput(
@@ -287,7 +295,7 @@ def check_messages(messages: Sequence[Message], where: str = "message") -> None:
     for n, m in enumerate(messages, start=1):
         if m.role == "system":
             continue
-        tail = _step(tail, m, functools.partial(str.format, "{} {} ({})", where, n, m.role))
+        tail = _step(tail, m, n, where)
 
 
 def _marked(message: Message, repair: str) -> Message:

@@ -90,6 +90,9 @@ _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
 )
+_LAST_ID: Final = (  # the version and the newest event's id
+    "SELECT seq, id FROM turnlog_events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
+)
 _NEWEST: Final = (  # the newest event: its seq is the version (to check the view rules)
     "SELECT seq, type, role, synthetic, body FROM turnlog_events WHERE session_id = ? "
     "ORDER BY seq DESC LIMIT 1"
@@ -142,6 +145,9 @@ class SqliteStore:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        # session -> (version, newest event id, Tail) after this handle's last one-event append;
+        # used (under the write lock) only while that event is still the newest of the log
+        self._tails: dict[str, tuple[int, str, Tail]] = {}
         self._closed = False
         self._ensure_schema()
 
@@ -392,12 +398,13 @@ class SqliteStore:
             try:
                 last = None
                 if tail_needed:
-                    last = conn.execute(_NEWEST, (session_id,)).fetchone()
+                    last = conn.execute(_LAST_ID, (session_id,)).fetchone()
                 # rows exist only for a session that does (a delete removes both at once)
                 row = (last[0], 1) if last else conn.execute(_VERSION, (session_id,)).fetchone()
+                tail = None
                 if tail_needed and row[1] and (row[0] or 0) == expected:
                     try:
-                        check_event(self._tail(conn, session_id, last), event)
+                        tail = check_event(self._tail_at(conn, session_id, last), event)
                     except InvalidInput:
                         return None  # the general path tells a retry from a broken rule
                 if row[1] and (row[0] or 0) == expected:
@@ -411,6 +418,8 @@ class SqliteStore:
                         return None
                     conn.execute("COMMIT")
                     done = True
+                    if tail is not None:
+                        self._remember_tail(session_id, expected + 1, event.id, tail)
                     return expected + 1
                 return None
             except sqlite3.DatabaseError as exc:
@@ -646,6 +655,22 @@ class SqliteStore:
         if needs_tail(batch):
             tail = self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
         check_append(tail, batch)
+
+    def _tail_at(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
+        """The log's `Tail`, from `last` (a `_LAST_ID` row: the newest seq and event id; None
+        for an empty log): the one this handle remembers from its own last append when that
+        event is still the newest, else read from the log."""
+        if last is None:
+            return EMPTY_TAIL
+        known = self._tails.get(session_id)
+        if known is not None and known[0] == last[0] and known[1] == last[1]:
+            return known[2]
+        return self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
+
+    def _remember_tail(self, session_id: str, version: int, event_id: str, tail: Tail) -> None:
+        if len(self._tails) >= 10_000:
+            self._tails.clear()
+        self._tails[session_id] = (version, event_id, tail)
 
     def _tail(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
         """The log's `Tail`, from its newest row `last` (a `_NEWEST` row, None for an empty
