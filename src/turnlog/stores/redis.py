@@ -233,7 +233,10 @@ class RedisStore:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             self._client.script_load(SCRIPTS[name])
+        try:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        except NoScriptError:  # flushed again between the load and the call: send the text
+            return self._client.execute_command("EVAL", SCRIPTS[name], len(keys), *keys, *args)
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
         """Run commands in pipelines of `_PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.
