@@ -307,6 +307,7 @@ class SqliteStore:
 
     def delete_session(self, session_id: str) -> bool:
         with self._write() as conn:
+            self._tails.pop(session_id, None)
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
 from turnlog.rules import PLACEHOLDER_RESULT, REPAIR_KEY
 from turnlog.service import SessionService
 from turnlog.stores.base import SessionStore
-from turnlog.testing._base import AUDIT, ContractBase, msg
+from turnlog.testing._base import AUDIT, ContractBase, msg, session_at
 
 __all__ = ["ViewRuleContract"]
 
@@ -256,6 +257,24 @@ class ViewRuleContract(ContractBase):
             results = [e for e in store.events(sid) if e.role == "tool"]
             assert len(results) == round_ + 1
             store.append_event(_reply(sid))
+
+    def test_a_re_created_session_is_checked_afresh(
+        self, store: SessionStore, sid: str, tmp_path: Path
+    ) -> None:
+        """A handle that appended a call does not take its memory of the log for the log: the
+        session was deleted and re-created by another handle, at the same version."""
+        other = self.open_again(store, tmp_path)
+        try:
+            store.append_events(sid, [_user(sid)], 0)
+            store.append_events(sid, [_calls(sid, "c1")], 1)
+            assert other.delete_session(sid)
+            other.create_session(session_at(sid))
+            other.append_events(sid, [_user(sid), _reply(sid)], 0)
+            self._refused(store, sid, _results(sid, "c1"), "R1")
+            store.append_events(sid, [_user(sid, "next")], 2)
+        finally:
+            if other is not store:
+                other.close()
 
     def _answer(self, store: SessionStore, sid: str, call: str, n: int) -> None:
         event = _results(sid, call)
