@@ -73,6 +73,8 @@ def turn(sid, n):
 
 
 class TestPostgresStore(StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     partitions = None
 
     @pytest.fixture(autouse=True)
@@ -575,3 +577,37 @@ def test_appends_at_the_end_from_many_threads_all_land_in_order(store):
     for w in range(6):
         mine = [e.id for e in log if e.id.startswith(f"{w}-") and not e.id.endswith("-v")]
         assert mine == [f"{w}-{i}" for i in range(60)]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("created_at", "infinity"),
+        ("created_at", "20000-01-01 00:00:00+00"),
+        ("expires_at", "-infinity"),
+        ("expires_at", "0001-01-01 00:00:00+00 BC"),
+        ("metadata", "[1, 2]"),
+    ],
+)
+def test_a_damaged_session_row_is_corrupt_data(store, admin, pg_schema, column, value):
+    store.create_session(Session("a", T0))
+    store.create_session(Session("b", T0))
+    cast = "jsonb" if column == "metadata" else "timestamptz"
+    admin.execute(
+        q(f"UPDATE {{s}}.sessions SET {column} = %s::{cast} WHERE id = 'a'", pg_schema), (value,)
+    )
+    with pytest.raises(CorruptData):
+        store.find_session("a")
+    with pytest.raises(CorruptData):
+        store.list_sessions()
+    assert store.find_session("b") == Session("b", T0)
+
+
+@pytest.mark.parametrize("micros", [2**63 - 1, -(2**63)])
+def test_a_damaged_event_timestamp_is_corrupt_data(store, admin, pg_schema, micros):
+    store.create_session(Session("s", T0))
+    store.append_events("s", turn("s", 1), 0)
+    admin.execute(q('UPDATE {s}.events SET "timestamp" = %s WHERE seq = 2', pg_schema), (micros,))
+    for read in (store.events, store.view):
+        with pytest.raises(CorruptData, match=r"seq 2 .* session 's'"):
+            read("s")

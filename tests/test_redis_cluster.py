@@ -41,6 +41,8 @@ class _OnCluster:
 
 
 class TestRedisClusterStore(_OnCluster, StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     def make_store(self, tmp_path):
         return RedisClusterStore(self.url, prefix=self.prefix)
 
@@ -50,7 +52,7 @@ class TestRedisClusterStore(_OnCluster, StoreContract):
 
 class TestRedisClusterChecks(_OnCluster, RedisChecks):
     def new_store(self, **kw):
-        return RedisClusterStore(self.url, prefix=self.prefix, **kw)
+        return RedisClusterStore(self.url, **{"prefix": self.prefix, **kw})
 
 
 class TestClusterOnly(_OnCluster):

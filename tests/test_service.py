@@ -68,7 +68,9 @@ def test_ttl_and_delete_expired_follow_the_clock(clock_and_service):
     assert {s.id for s in service.sessions()} == {"long", "forever"}
 
 
-@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1), 5])
+@pytest.mark.parametrize(
+    "ttl", [timedelta(0), timedelta(seconds=-1), 5, timedelta.max, timedelta(days=3_000_000)]
+)
 def test_a_bad_ttl_is_refused(service, ttl):
     with pytest.raises(InvalidInput):
         service.create("s", ttl=ttl)

@@ -38,8 +38,8 @@ __all__ = [
     "STARTED",
     "Tail",
     "check_append",
-    "check_event",
     "check_messages",
+    "check_one",
     "check_summary",
     "needs_tail",
     "repair_messages",
@@ -212,7 +212,7 @@ def _label(m: Message, where: str | int, what: str) -> str:
     return f"{m.role} message {where!r}" if isinstance(where, str) else f"{what} {where} ({m.role})"
 
 
-def check_event(tail: Tail, event: SessionEvent) -> Tail:
+def check_one(tail: Tail, event: SessionEvent) -> Tail:
     """`check_append(tail, [event])` for one user, assistant or tool message that is not
     synthetic (see `needs_tail`): the short path of a one-event append.
 

@@ -80,10 +80,17 @@ class SessionService:
         if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
             raise InvalidInput(f"ttl must be a positive timedelta, got {ttl!r}")
         now = self._clock()
+        try:
+            expires_at = None if ttl is None else now + ttl
+        except OverflowError:
+            raise InvalidInput(
+                f"ttl {ttl!r} ends after the year 9999, past any time a store can hold: "
+                "pass a shorter ttl, or none to keep the session"
+            ) from None
         return Session(
             id=new_id() if session_id is None else check_id(session_id, "session id"),
             created_at=now,
-            expires_at=None if ttl is None else now + ttl,
+            expires_at=expires_at,
             metadata=metadata or {},
         )
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 try:
@@ -29,9 +29,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from turnlog.codec import (
     decode_event,
+    decode_session,
     dump_json,
+    dump_jsonb,
     encode_body,
-    load_json,
     message_ids,
     to_micros,
 )
@@ -52,7 +53,12 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
     check_rules_at,
+    check_session,
     utc_now,
 )
 from turnlog.stores.postgres_queries import Queries
@@ -212,6 +218,13 @@ class _Borrowed:
                 f"PostgreSQL cannot store this text while {self.doing} (jsonb refuses the "
                 f"character U+0000): {_first_line(exc)}"
             ) from exc
+        if isinstance(exc, psycopg.DataError):
+            # input is checked before it is sent: a value that cannot be loaded is damage
+            raise CorruptData(
+                f"PostgreSQL returned a value turnlog cannot read while {self.doing}: "
+                f"{_first_line(exc)}. The row is damaged (a time out of range?); other sessions "
+                "are unaffected. Restore it from a backup, or delete the session."
+            ) from exc
 
 
 class PostgresStore:
@@ -266,6 +279,7 @@ class PostgresStore:
         self._keep_idle = max(1, pool_min)
         self._idle_until = time.monotonic() + _KEEP_IDLE_SECONDS
         if isinstance(dsn_or_pool, str):
+            _reach(dsn_or_pool, connect_timeout)
             self._pool: Pool = ConnectionPool(
                 dsn_or_pool,
                 min_size=pool_min,
@@ -375,35 +389,37 @@ class PostgresStore:
     # -- sessions ---------------------------------------------------------------------------
 
     def create_session(self, session: Session) -> None:
+        check_session(session)
         with self._conn("creating session", session.id) as conn:
             row = conn.execute(self._q.put_session, (*_session_params(session), True)).fetchone()
         if row is None or not row[0]:
             raise SessionAlreadyExists(session.id)
 
     def save_session(self, session: Session) -> None:
+        check_session(session)
         with self._conn("saving session", session.id) as conn:
             conn.execute(self._q.put_session, (*_session_params(session), False))
 
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.find_session, (session_id,)).fetchone()
         return None if row is None else _session(row)
 
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
+        limit = check_limit(limit)
         with self._conn("listing sessions") as conn:
-            rows = conn.execute(
-                self._q.list_sessions, (None if limit is None or limit < 0 else limit,)
-            ).fetchall()
+            rows = conn.execute(self._q.list_sessions, (limit,)).fetchall()
         return [_session(r) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         with self._conn("deleting session", session_id) as conn:
             row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
         return row is not None and row[0] > 0
 
     def delete_expired(self, before: datetime) -> int:
+        check_cutoff(before)
         with self._conn("deleting expired sessions") as conn:
             row = conn.execute(self._q.delete_expired, (before,)).fetchone()
         return 0 if row is None else int(row[0])
@@ -414,18 +430,14 @@ class PostgresStore:
         An indexed key (see `indexed_keys`) is looked up in the index table; any other key by
         a jsonb containment query that the GIN index on `sessions.metadata` serves.
         """
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
+        if not check_metadata_query(name, value):
+            return []  # U+0000: no stored metadata holds it
         if isinstance(value, bool):
             type_name, text = "boolean", ("true" if value else "false")
         elif isinstance(value, int):
             type_name, text = "number", str(value)
-        elif isinstance(value, str):
-            type_name, text = "string", value
         else:
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
-        if "\x00" in name or "\x00" in text:
-            return []  # PostgreSQL text cannot hold U+0000, so no stored metadata does
+            type_name, text = "string", value
         params = {
             "name": name,
             "value": dump_json(value),
@@ -455,7 +467,7 @@ class PostgresStore:
         return self._append(session_id, batch, expected_version)[0]
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         if check_rules:
             for _ in range(_MAX_ATTEMPTS):
                 at = self._check_rules(event.session_id, [event], None)
@@ -575,6 +587,7 @@ class PostgresStore:
         )
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -598,6 +611,7 @@ class PostgresStore:
         return apply_filter(events, flt)
 
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.version, {"sid": session_id}).fetchone()
         if row is None:
@@ -605,6 +619,7 @@ class PostgresStore:
         return int(row[0])
 
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         with self._conn("reading the view of session", session_id) as conn:
             rows = conn.execute(self._q.view, {"sid": session_id}, binary=True).fetchall()
         if not rows:
@@ -681,20 +696,12 @@ def _session_params(session: Session) -> tuple[Any, ...]:
         check_id(session.id, "session id"),
         session.created_at,
         session.expires_at,
-        dump_json(dict(session.metadata)),
+        dump_jsonb(dict(session.metadata)),
     )
 
 
 def _session(row: Any) -> Session:
-    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
-    if not isinstance(metadata, dict):
-        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
-    return Session(
-        id=row[0],
-        created_at=row[1].astimezone(UTC),
-        expires_at=None if row[2] is None else row[2].astimezone(UTC),
-        metadata=metadata,
-    )
+    return decode_session(row[0], row[1], row[2], row[3])
 
 
 def _event(session_id: str, row: Any) -> SessionEvent:
@@ -724,3 +731,26 @@ def _where(dsn: str) -> str:
         f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
         f"database {info.get('dbname', '(default)')}"
     )
+
+
+def _reach(dsn: str, timeout: float) -> None:
+    """Connect once, directly, before the pool opens: a wrong address, name or password fails
+    at once with one line, instead of the pool retrying (and logging each try) until `timeout`.
+
+    Raises:
+        InvalidInput: `dsn` is not a libpq connection string or URL.
+        StoreError: the server cannot be reached or refuses the connection.
+    """
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(
+            f"not a PostgreSQL connection string or URL: {_first_line(exc)}"
+        ) from exc
+    try:
+        psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, round(timeout))).close()
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL ({_where(dsn)}): {_first_line(exc)}. Is the server "
+            "running, and the address right?"
+        ) from exc

@@ -12,17 +12,16 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from turnlog.codec import (
     decode_event,
+    decode_session,
     dump_json,
     encode_body,
-    from_micros,
-    load_json,
     message_ids,
     to_micros,
 )
@@ -41,7 +40,7 @@ from turnlog.rules import (
     STARTED,
     Tail,
     check_append,
-    check_event,
+    check_one,
     needs_tail,
     tail_of,
 )
@@ -51,6 +50,12 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
+    metadata_matches,
     stamped,
     utc_now,
 )
@@ -207,15 +212,15 @@ class SqliteStore:
         try:
             yield conn
         except sqlite3.DatabaseError as exc:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise _translate(exc, self.path) from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
-            conn.execute("ROLLBACK")
+            _rollback(conn)  # a failed COMMIT (a full disk) may have ended the transaction
             raise _translate(exc, self.path) from exc
 
     @contextmanager
@@ -269,6 +274,7 @@ class SqliteStore:
     # -- sessions ---------------------------------------------------------------------------
 
     def create_session(self, session: Session) -> None:
+        check_session(session)
         with self._write() as conn:
             try:
                 conn.execute(
@@ -280,6 +286,7 @@ class SqliteStore:
                 raise SessionAlreadyExists(session.id) from None
 
     def save_session(self, session: Session) -> None:
+        check_session(session)
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
@@ -289,6 +296,7 @@ class SqliteStore:
             )
 
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         with self._read() as conn:
             row = conn.execute(
                 "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions WHERE id = ?",
@@ -297,6 +305,7 @@ class SqliteStore:
         return None if row is None else _session(row)
 
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        limit = check_limit(limit)
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions "
@@ -306,6 +315,7 @@ class SqliteStore:
         return [_session(r) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         with self._write() as conn:
             self._tails.pop(session_id, None)
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
@@ -313,7 +323,7 @@ class SqliteStore:
             return cur.rowcount > 0
 
     def delete_expired(self, before: datetime) -> int:
-        cutoff = to_micros(before)
+        cutoff = max(min(to_micros(check_cutoff(before)), 2**63 - 1), -(2**63))
         with self._write() as conn:
             conn.execute(
                 "DELETE FROM turnlog_events WHERE session_id IN (SELECT id FROM turnlog_sessions "
@@ -328,17 +338,17 @@ class SqliteStore:
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
         """Any metadata key can be searched; the lookup scans the sessions table."""
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
+        if not check_metadata_query(name, value):
+            return []
         wanted: str | int | None
         if isinstance(value, bool):
             type_name, wanted = ("true" if value else "false"), None
         elif isinstance(value, int):
-            type_name, wanted = "integer", value
-        elif isinstance(value, str):
-            type_name, wanted = "text", value
+            # SQLite's JSON functions read an integer beyond 64 bits as a float: match the
+            # type here, the value in Python below
+            type_name, wanted = "integer", (value if -(2**63) <= value < 2**63 else None)
         else:
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+            type_name, wanted = "text", value
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT s.id, s.created_at, s.expires_at, s.metadata FROM turnlog_sessions s "
@@ -346,7 +356,8 @@ class SqliteStore:
                 "AND j.type = ? AND (? IS NULL OR j.value = ?)) ORDER BY s.created_at, s.id",
                 (name, type_name, wanted, wanted),
             ).fetchall()
-        return [_session(r) for r in rows]
+        found = [_session(r) for r in rows]
+        return [s for s in found if metadata_matches(s.metadata, name, value)]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -405,7 +416,7 @@ class SqliteStore:
                 tail = None
                 if tail_needed and row[1] and (row[0] or 0) == expected:
                     try:
-                        tail = check_event(self._tail_at(conn, session_id, last), event)
+                        tail = check_one(self._tail_at(conn, session_id, last), event)
                     except InvalidInput:
                         return None  # the general path tells a retry from a broken rule
                 if row[1] and (row[0] or 0) == expected:
@@ -427,10 +438,10 @@ class SqliteStore:
                 raise _translate(exc, self.path) from exc
             finally:
                 if not done:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         stored = self._append(
             event.session_id, [event], None, want_copies=True, check_rules=check_rules
         )[1]
@@ -575,6 +586,7 @@ class SqliteStore:
         return [batch[i] for i in keep], [bodies[i] for i in keep]
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -595,10 +607,12 @@ class SqliteStore:
         return apply_filter([_event(r) for r in rows], flt)
 
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         with self._read() as conn:
             return self._locked_version(conn, session_id)
 
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         with self._read() as conn:
             row = conn.execute(
                 "SELECT boundary_seq FROM turnlog_sessions WHERE id = ?", (session_id,)
@@ -749,15 +763,7 @@ def _session_row(session: Session) -> tuple[Any, ...]:
 
 
 def _session(row: Any) -> Session:
-    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
-    if not isinstance(metadata, dict):
-        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
-    return Session(
-        id=row[0],
-        created_at=from_micros(row[1]),
-        expires_at=None if row[2] is None else from_micros(row[2]),
-        metadata=metadata,
-    )
+    return decode_session(row[0], row[1], row[2], row[3])
 
 
 def _event(row: Any) -> SessionEvent:
@@ -772,8 +778,20 @@ def _event(row: Any) -> SessionEvent:
     )
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End the open transaction, if SQLite has not ended it already (a failed COMMIT)."""
+    if conn.in_transaction:
+        with suppress(sqlite3.OperationalError):  # SQLite ended it meanwhile
+            conn.execute("ROLLBACK")
+
+
 def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
     text = str(exc)
+    if "full" in text:  # SQLITE_FULL: "database or disk is full"
+        return StoreError(
+            f"{path} cannot grow: the disk (or the database's max_page_count) is full ({text}). "
+            "Nothing of this write was stored; free disk space and retry"
+        )
     if "not a database" in text or "malformed" in text:
         return CorruptData(
             f"{path} is not a readable SQLite database ({text}): check the path, or restore the "
@@ -783,5 +801,10 @@ def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
         return StoreError(
             f"{path} stayed locked by another writer past the busy timeout ({text}): "
             "retry, or raise busy_timeout"
+        )
+    if "unable to open" in text and not path.parent.is_dir():
+        return StoreError(
+            f"cannot create {path}: the directory {path.parent} does not exist; create it first, "
+            "or pick another path"
         )
     return StoreError(f"SQLite error on {path}: {text}")
