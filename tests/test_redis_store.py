@@ -320,8 +320,9 @@ class RedisChecks:
         store.save_session(Session("s", now()))
         assert expiry_ms() == {-1}
 
-    def test_keys_expire_by_themselves_and_the_sweep_cleans_up(self):
-        with self.new_store(expiry_grace=timedelta(milliseconds=300)) as store:
+    @pytest.mark.parametrize("grace", [timedelta(milliseconds=300), 0.3], ids=["timedelta", "s"])
+    def test_keys_expire_by_themselves_and_the_sweep_cleans_up(self, grace):
+        with self.new_store(expiry_grace=grace) as store:
             store.create_session(Session("s", now(), expires_at=now(), metadata={"owner": "o"}))
             store.append_events("s", turn("s", 1), 0)
             store.create_session(Session("keep", now()))
@@ -470,6 +471,16 @@ class TestRedisClients:
             RedisStore("http://127.0.0.1:6379")
         with pytest.raises(InvalidInput):
             RedisStore(42)
+
+    @pytest.mark.parametrize(
+        "bad", [0, -1, float("nan"), float("inf"), "1d", True, timedelta(0), timedelta(days=40_000)]
+    )
+    def test_durations_that_are_not_durations_are_refused(self, redis_url, bad):
+        # Issue 7 item 10: seconds or a timedelta, positive and finite, as everywhere.
+        with pytest.raises(InvalidInput, match="expiry_grace"):
+            RedisStore(redis_url, expiry_grace=bad)
+        with pytest.raises(InvalidInput, match="timeout"):
+            RedisStore(redis_url, timeout=bad)
 
     def test_no_server_raises_store_error(self):
         port = free_ports(1, bus=False)[0]

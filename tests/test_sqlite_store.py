@@ -7,13 +7,14 @@ import sqlite3
 import subprocess
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from turnlog import (
     CompactionWindow,
     CorruptData,
+    InvalidInput,
     Message,
     Session,
     SessionEvent,
@@ -274,6 +275,119 @@ def test_a_full_database_is_a_store_error_and_keeps_the_data(tmp_path):
     store._conn().execute("PRAGMA max_page_count = 100000")
     SessionService(store).append_message("s", Message.user("room again"))
     assert store.version("s") == version + 1
+
+
+@pytest.mark.parametrize("one_event", [True, False], ids=["fast-path", "general-path"])
+@pytest.mark.parametrize("stagger", [0.0, 0.25], ids=["together", "staggered"])
+def test_threads_waiting_for_the_lock_give_up_within_the_busy_timeout(tmp_path, one_event, stagger):
+    # Issue 7 item 5: the wait for the in-process lock counts against busy_timeout. Before, the
+    # threads queued on that lock and then each waited the whole busy_timeout in SQLite: with
+    # four threads they gave up after 1, 2, 3 and 4 seconds. Started together, the later ones
+    # give up waiting for the lock; staggered, each gets the lock with part of its time left
+    # and spends only that part in SQLite's busy handler.
+    path = tmp_path / "t.db"
+    timeout = 1.0
+    store = SqliteStore(path, busy_timeout=timeout)
+    SessionService(store).create("s")
+    blocker = _held_lock(path)  # another connection holds the write lock throughout
+    go = threading.Barrier(4)
+    outcomes = {}
+
+    def write(n):
+        event = SessionEvent.for_message("s", Message.user(f"t{n}"), event_id=f"t{n}")
+        go.wait()
+        time.sleep(n * stagger)
+        started = time.monotonic()
+        try:
+            if one_event:
+                store.append_events("s", [event], 0)
+            else:
+                store.append_event(event)
+        except StoreError as exc:
+            outcomes[n] = (time.monotonic() - started, str(exc))
+        else:
+            outcomes[n] = (time.monotonic() - started, "written")
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert sorted(outcomes) == [0, 1, 2, 3]
+    for waited, error in outcomes.values():
+        assert "stayed locked by another writer past the busy timeout" in error
+        assert timeout - 0.1 <= waited <= timeout + 0.4, sorted(outcomes.values())
+    assert store.version("s") == 0
+    store.close()
+
+
+def test_a_long_write_of_another_thread_counts_against_the_busy_timeout(tmp_path):
+    # A thread of the same store that keeps the write lock (a long batch, say) makes the others
+    # give up after busy_timeout, as a writer in another process would.
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, busy_timeout=0.5)
+    SessionService(store).create("s")
+    holding, done = threading.Event(), threading.Event()
+
+    def long_write():
+        with store._write_lock:  # what a long write in this thread holds
+            holding.set()
+            done.wait(1.5)
+
+    holder = threading.Thread(target=long_write)
+    holder.start()
+    holding.wait()
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="past the busy timeout"):
+        store.append_events("s", [SessionEvent.for_message("s", Message.user("x"))], 0)
+    assert 0.4 <= time.monotonic() - started <= 0.9
+    done.set()
+    holder.join()
+    assert store.append_events("s", [SessionEvent.for_message("s", Message.user("y"))], 0) == 1
+    store.close()
+
+
+def test_a_writer_that_waited_for_another_thread_still_gets_the_lock_when_it_frees(tmp_path):
+    # The remaining budget, not a fresh one and not none: the lock frees after 0.4 s, well
+    # within the 2 s budget of every writer, so all four write.
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, busy_timeout=2.0)
+    SessionService(store).create("s")
+    blocker = _held_lock(path)
+    release = threading.Timer(0.4, lambda: blocker.execute("ROLLBACK"))
+    errors = []
+
+    def write(n):
+        try:
+            store.append_event(SessionEvent.for_message("s", Message.user(f"t{n}")))
+        except StoreError as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    release.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    release.join()
+    blocker.close()
+    assert errors == []
+    assert store.version("s") == 4
+    store.close()
+
+
+def test_busy_timeout_takes_seconds_or_a_timedelta(tmp_path):
+    store = SqliteStore(tmp_path / "t.db", busy_timeout=timedelta(milliseconds=300))
+    SessionService(store).create("s")
+    blocker = _held_lock(tmp_path / "t.db")
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="past the busy timeout"):
+        store.append_events("s", [SessionEvent.for_message("s", Message.user("x"))], 0)
+    assert 0.2 <= time.monotonic() - started <= 0.8
+    blocker.execute("ROLLBACK")
+    blocker.close()
     store.close()
 
 
@@ -344,3 +458,12 @@ def test_find_by_metadata_handles_integers_beyond_64_bits(tmp_path):
         assert [s.id for s in store.find_by_metadata("n", -(2**63) - 1)] == ["s3"]
         assert [s.id for s in store.find_by_metadata("n", 2**63 - 1)] == ["s4"]
         assert store.find_by_metadata("n", 2**65) == []
+
+
+@pytest.mark.parametrize(
+    "bad", [-1, float("nan"), float("inf"), 10**7, "30", None, True, timedelta(seconds=-1)]
+)
+def test_a_bad_busy_timeout_is_refused_before_the_file_is_made(tmp_path, bad):
+    with pytest.raises(InvalidInput, match="busy_timeout"):
+        SqliteStore(tmp_path / "t.db", busy_timeout=bad)
+    assert not (tmp_path / "t.db").exists()

@@ -37,6 +37,7 @@ from turnlog.codec import (
     to_micros,
 )
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
@@ -68,7 +69,6 @@ from turnlog.stores.postgres_schema import (
     _partition_count,
     check_schema_name,
     ensure_schema,
-    lock_class,
     migrate,
 )
 
@@ -79,21 +79,29 @@ _MAX_ATTEMPTS: Final = 1000
 _PAGE: Final = 8  # rows of a log's end read at a time for the view rules
 _END: Final = 2**62  # a seq beyond any log's end
 _KEEP_IDLE_SECONDS: Final = 60.0
+_MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 
-# The fast path of a version-checked one-event append on an unpartitioned schema: the shared
-# per-session lock (deletes take it exclusive), then the insert at seq v+1 if the log is at v.
-# No row back means the session is missing or not at v; a unique violation means another writer
-# or an id already stored. Either way `append_check` says which.
+# The fast path of a version-checked one-event append on an unpartitioned schema: one statement
+# that locks the session row (FOR KEY SHARE), checks the version and inserts at seq v+1 if the
+# log is at v. No row back means the session is missing or not at v; a unique violation means
+# another writer or an id already stored. Either way `append_check` says which.
+#
+# The row lock, not the advisory lock the append functions take, is what orders this statement
+# against deletes. One statement has one snapshot, taken before it waits for any lock: had it
+# waited for a delete's advisory lock, its checks would still see the session and the events
+# that delete removed, and it would write into the deleted session. A row lock is different:
+# it waits for a delete of the row to commit and then skips the row (READ COMMITTED), so the
+# append finds no session; and a delete that comes second waits for the append to commit (its
+# first statement deletes the session row), then removes the appended event with the rest.
+# FOR KEY SHARE does not conflict with the updates of the row (TTL, metadata, boundary).
 _DIRECT_ONE: Final = (
     'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
     "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
     "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
-    "FROM (SELECT pg_advisory_xact_lock_shared({lock}, hashtext(%(sid)s::text))) AS l "
-    "WHERE CASE WHEN %(v)s::bigint = 0 "
-    "THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text) "
-    "ELSE EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = %(sid)s::text "
-    "AND e.seq = %(v)s::bigint) END "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
     "RETURNING seq"
 )
 
@@ -244,11 +252,13 @@ class PostgresStore:
         indexed_keys: metadata keys kept in an index table, for a fast `find_by_metadata`.
             Keys are added to the schema (and existing sessions indexed) when a store opens;
             they are never removed. Other keys are found by a jsonb containment query.
-        connect_timeout: seconds to wait for the server, and for a free pooled connection.
+        connect_timeout: how long to wait for the server, and for a free pooled connection:
+            seconds or a `timedelta`.
         clock: stamps events appended without a timestamp.
 
     Raises:
-        InvalidInput: a bad schema name or partition count; a pool without autocommit.
+        InvalidInput: a bad schema name or partition count; a pool without autocommit; a
+            `connect_timeout` that is not a positive, finite duration (at most a day).
         StoreError: the server cannot be reached; the schema needs `turnlog migrate`, is newer
             than this turnlog, or is partitioned differently.
         CorruptData: the schema holds tables of something else.
@@ -264,10 +274,11 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         indexed_keys: Sequence[str] = DEFAULT_INDEXED_KEYS,
-        connect_timeout: float = 10.0,
+        connect_timeout: Duration = 10.0,
         clock: Clock = utc_now,
     ) -> None:
         self.schema = check_schema_name(schema)
+        connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=_MAX_CONNECT_WAIT)
         if isinstance(indexed_keys, str) or not all(isinstance(k, str) for k in indexed_keys):
             raise InvalidInput("indexed_keys must be a sequence of metadata key names")
         self._clock = clock
@@ -319,9 +330,7 @@ class PostgresStore:
                 self._direct_one: str | None = None
                 if _partition_count(conn, self.schema) is None:
                     self._direct_one = (
-                        sql.SQL(_DIRECT_ONE)
-                        .format(s=sql.Identifier(self.schema), lock=lock_class(self.schema))
-                        .as_string(conn)
+                        sql.SQL(_DIRECT_ONE).format(s=sql.Identifier(self.schema)).as_string(conn)
                     )
         except BaseException:
             self.close()
@@ -415,13 +424,13 @@ class PostgresStore:
     def delete_session(self, session_id: str) -> bool:
         check_id(session_id, "session id")
         with self._conn("deleting session", session_id) as conn:
-            row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
+            row = conn.execute(self._q.delete_session, {"id": session_id}).fetchone()
         return row is not None and row[0] > 0
 
     def delete_expired(self, before: datetime) -> int:
         check_cutoff(before)
         with self._conn("deleting expired sessions") as conn:
-            row = conn.execute(self._q.delete_expired, (before,)).fetchone()
+            row = conn.execute(self._q.delete_expired, {"before": before}).fetchone()
         return 0 if row is None else int(row[0])
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:

@@ -28,6 +28,7 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from turnlog.codec import dump_json, from_micros, message_ids, message_role, to_micros
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     InvalidInput,
     SessionAlreadyExists,
@@ -120,6 +121,9 @@ def _connecting(exc: BaseException) -> bool:
     return False
 
 
+_MAX_GRACE: Final = 100 * 365 * 86_400  # seconds: a century
+
+
 class RedisStore:
     """Sessions in one Redis server (5 or newer; 7 recommended). Thread-safe.
 
@@ -134,19 +138,22 @@ class RedisStore:
         expiry_grace: Redis deletes a session's own keys by itself this long after it expires
             (counted from the last write when it was written already expired). `delete_expired`
             should run more often than that: it also cleans the session's index entries and
-            event-id claims, which key expiry cannot reach. None: no key expiry at all.
+            event-id claims, which key expiry cannot reach. A `timedelta` or seconds; None: no
+            key expiry at all. At most a century.
         indexed_keys: the top-level metadata keys `find_by_metadata` finds through an index
             (string, integer and boolean values), as `PostgresStore` has them; None indexes
             every key. Other keys are found by a scan of all sessions.
-        timeout: socket timeout in seconds, for a store built from a URL.
-        connect_timeout: seconds to wait for a connection to open (default: `timeout`), for
-            a store built from a URL.
+        timeout: socket timeout (seconds or a `timedelta`, at most a day), for a store built
+            from a URL.
+        connect_timeout: how long to wait for a connection to open (seconds or a `timedelta`;
+            default: `timeout`), for a store built from a URL.
         retries: how often redis-py retries a command after a connection error, for a store
             built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
             and retrying an append with the same event ids is always safe.
 
     Raises:
-        InvalidInput: a bad URL, prefix or client.
+        InvalidInput: a bad URL, prefix or client; an `expiry_grace` or `timeout` that is not
+            a positive, finite duration.
 
     Every method raises `StoreError` when the server cannot be reached or the connection drops
     (connections open lazily, on first use), and `CorruptData` for a damaged record.
@@ -158,28 +165,33 @@ class RedisStore:
         *,
         prefix: str = "turnlog",
         clock: Clock = utc_now,
-        expiry_grace: timedelta | None = timedelta(days=1),
+        expiry_grace: Duration | None = timedelta(days=1),
         indexed_keys: Iterable[str] | None = ("owner", "user_id", "principal"),
-        timeout: float = 10.0,
-        connect_timeout: float | None = None,
+        timeout: Duration = 10.0,
+        connect_timeout: Duration | None = None,
         retries: int = 0,
     ) -> None:
         check_prefix(prefix)
-        if expiry_grace is not None and (
-            not isinstance(expiry_grace, timedelta) or expiry_grace <= timedelta(0)
-        ):
-            raise InvalidInput(
-                f"expiry_grace must be a positive timedelta or None: {expiry_grace!r}"
-            )
+        grace = (
+            None
+            if expiry_grace is None
+            else to_seconds(expiry_grace, "expiry_grace", most=_MAX_GRACE)
+        )
+        timeout = to_seconds(timeout, "timeout", most=86_400)
+        connect_timeout = (
+            timeout
+            if connect_timeout is None
+            else to_seconds(connect_timeout, "connect_timeout", most=86_400)
+        )
         self._closed = False
         self._where = "Redis"
         self._retries = retries
         self._client, self._owned, self._where = self._connect(
-            url_or_client, timeout, timeout if connect_timeout is None else connect_timeout, retries
+            url_or_client, timeout, connect_timeout, retries
         )
         self._keys = Keys(prefix)
         self._clock = clock
-        self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
+        self._grace_ms = None if grace is None else max(1, int(grace * 1000))
         self._indexed = None if indexed_keys is None else frozenset(indexed_keys)
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in SCRIPTS.items()

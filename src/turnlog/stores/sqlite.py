@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -26,6 +27,7 @@ from turnlog.codec import (
     to_micros,
 )
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
@@ -91,6 +93,8 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 
 _COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
+_MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
+_NEGLIGIBLE_WAIT: Final = 0.001  # seconds of waiting for the in-process lock left uncounted
 _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
@@ -120,12 +124,16 @@ class SqliteStore:
     Args:
         path: the database file (created with its schema when missing); ":memory:" is refused,
             use `MemoryStore`.
-        busy_timeout: seconds a writer waits for the lock before giving up with `StoreError`.
+        busy_timeout: how long a writer waits for the lock before giving up with `StoreError`,
+            in all: waiting for other threads of this store counts against it, as waiting for
+            other processes does. Seconds, or a `timedelta`; 0 gives up at once.
         synchronous: SQLite's `synchronous` setting. "NORMAL" (the default, with WAL) survives
             an application crash; a power loss may lose the last commits. "FULL" survives both.
         clock: stamps events appended without a timestamp.
 
     Raises:
+        InvalidInput: ":memory:"; a bad `synchronous`; a `busy_timeout` that is not a duration
+            (negative, NaN, infinite, over 2,000,000 seconds, a string, ...).
         CorruptData: the file is not a SQLite database, or a database of something else.
         StoreError: it was made by a newer turnlog, or cannot be opened.
     """
@@ -134,7 +142,7 @@ class SqliteStore:
         self,
         path: str | Path = "turnlog.db",
         *,
-        busy_timeout: float = 30.0,
+        busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
     ) -> None:
@@ -143,7 +151,8 @@ class SqliteStore:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise InvalidInput(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
         self.path = Path(path)
-        self._busy_timeout = busy_timeout
+        self._busy_timeout = to_seconds(busy_timeout, "busy_timeout", zero=True, most=_MAX_BUSY)
+        self._busy_ms = int(self._busy_timeout * 1000)
         self._synchronous = synchronous
         self._clock = clock
         self._local = threading.local()
@@ -197,18 +206,49 @@ class SqliteStore:
         self.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        # Threads of this process queue on a lock; other processes queue in SQLite's busy
-        # handler, which polls with sleeps and would make threads wait far longer than needed.
-        with self._write_lock:
-            yield from self._write_locked()
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection in a `BEGIN IMMEDIATE` transaction, under the write lock.
 
-    def _write_locked(self) -> Iterator[sqlite3.Connection]:
+        Threads of this process queue on a lock; other processes queue in SQLite's busy
+        handler, which polls with sleeps and would make threads wait far longer than needed.
+        Both waits together last at most `busy_timeout`: the time spent waiting for the lock is
+        taken off SQLite's busy timeout for this `BEGIN`. The caller commits or rolls back; the
+        lock is released on leaving.
+
+        Raises:
+            StoreError: the lock stayed taken past `busy_timeout`, or the file cannot be written.
+        """
         conn = self._conn()
+        started = time.monotonic()
+        if not self._write_lock.acquire(timeout=self._busy_timeout):
+            raise _translate(
+                sqlite3.OperationalError("database is locked by another thread of this store"),
+                self.path,
+            )
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.DatabaseError as exc:
-            raise _translate(exc, self.path) from exc
+            waited = time.monotonic() - started
+            try:
+                if waited < _NEGLIGIBLE_WAIT:
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    left = max(0, int((self._busy_timeout - waited) * 1000))
+                    conn.execute(f"PRAGMA busy_timeout = {left}")
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from exc
+            yield conn
+        finally:
+            self._write_lock.release()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._immediate() as conn:
+            yield from self._write_locked(conn)
+
+    def _write_locked(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield conn
         except sqlite3.DatabaseError as exc:
@@ -400,12 +440,7 @@ class SqliteStore:
             return None  # the general path refuses it (or skips it when it is stored)
         body = encode_body(event)
         micros = to_micros(event.timestamp or self._clock())
-        conn = self._conn()
-        with self._write_lock:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as exc:
-                raise _translate(exc, self.path) from exc
+        with self._immediate() as conn:
             done = False
             try:
                 last = None
