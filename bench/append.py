@@ -47,6 +47,7 @@ from turnlog.codec import encode_body, to_micros  # noqa: E402
 
 SESSION = "bench-session"
 TARGET = 0.7
+RULES_LIMIT = 0.05  # issue 7: checking the view rules costs at most 5% per append
 BUSY_TIMEOUT = 30.0
 INSERT = (
     "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
@@ -97,13 +98,15 @@ class Cursor:
         self.version = 0
 
 
-def store_single(store: SqliteStore, events: list[SessionEvent], per_block: int) -> Block:
+def store_single(
+    store: SqliteStore, events: list[SessionEvent], per_block: int, *, check_rules: bool = True
+) -> Block:
     cur = Cursor()
 
     def block() -> int:
         version = cur.version
         for event in events[cur.at : cur.at + per_block]:
-            version = store.append_events(SESSION, [event], version)
+            version = store.append_events(SESSION, [event], version, check_rules=check_rules)
         cur.at += per_block
         cur.version = version
         return per_block
@@ -170,12 +173,13 @@ def store_append_event(store: SqliteStore, events: list[SessionEvent], per_block
 def main() -> None:
     args = parse_args(__doc__)
     rounds, single, batch, batches = (5, 50, 100, 2) if args.quick else (41, 250, 100, 10)
-    ctx_rounds, ctx_per_block, long_log = (3, 10, 2_000) if args.quick else (15, 20, 10_000)
+    # a long log of whole cycles of the conversation (6 events), so it ends between turns
+    ctx_rounds, ctx_per_block, long_log = (3, 10, 1_998) if args.quick else (15, 20, 9_996)
     rng = random.Random(args.seed)
-    talk = conversation(rng)
 
     def fresh(n: int, tag: str) -> list[SessionEvent]:
-        return message_events(SESSION, talk, n, id_prefix=tag)
+        """`n` events of a conversation of their own (each store's log keeps the view rules)."""
+        return message_events(SESSION, conversation(rng, prefix=tag), n, id_prefix=tag)
 
     need_single = (rounds + 1) * single
     need_batched = (rounds + 1) * batch * batches
@@ -185,19 +189,23 @@ def main() -> None:
     print(machine())
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
         s1 = new_store(Path(tmp, "store-single.db"))
+        s1_off = new_store(Path(tmp, "store-single-rules-off.db"))
         s100 = new_store(Path(tmp, "store-batched.db"))
         b1 = bare_db(Path(tmp, "bare-single.db"), like=s1.path)
         b100 = bare_db(Path(tmp, "bare-batched.db"), like=s1.path)
         single_events = fresh(need_single, "single")
+        off_events = fresh(need_single, "off")
         batched_events = fresh(need_batched, "batched")
         contenders = {
             "store 1/call": store_single(s1, single_events, single),
+            "store 1/call, rules off": store_single(s1_off, off_events, single, check_rules=False),
             "bare 1/txn": bare_single(b1, rows_of(single_events), single),
             "store 100/call": store_batched(s100, batched_events, batch, batches),
             "bare 100/txn": bare_batched(b100, rows_of(batched_events), batch, batches),
         }
         timed = interleave(contenders, rounds, args.seed)
         assert s1.version(SESSION) == need_single
+        assert s1_off.version(SESSION) == need_single
         assert s100.version(SESSION) == need_batched
         for conn, want in ((b1, need_single), (b100, need_batched)):
             assert conn.execute("SELECT count(*) FROM turnlog_events").fetchone()[0] == want
@@ -215,7 +223,7 @@ def main() -> None:
             ctx_rounds,
             args.seed,
         )
-        for store in (s1, s100, short, long_):
+        for store in (s1, s1_off, s100, short, long_):
             store.close()
         b1.close()
         b100.close()
@@ -241,6 +249,11 @@ def main() -> None:
             ["contender", "median/s", "us/event", "p10/s", "p90/s", "vs bare"],
             [
                 row("SqliteStore.append_events, 1 event/call", "store 1/call", "bare 1/txn"),
+                row(
+                    "the same, check_rules=False",
+                    "store 1/call, rules off",
+                    "bare 1/txn",
+                ),
                 row("bare sqlite3, 1 INSERT/txn", "bare 1/txn", "bare 1/txn"),
                 row(
                     f"SqliteStore.append_events, {batch} events/call",
@@ -255,6 +268,12 @@ def main() -> None:
     batched_ratio = timed["bare 100/txn"].median / timed["store 100/call"].median
     met = verdict(ratio >= TARGET)
     print(f"\n1 event/call: store/bare = {ratio:.2f}x (target >= {TARGET}): {met}")
+    cost = timed["store 1/call"].median / timed["store 1/call, rules off"].median - 1
+    rules_met = verdict(cost <= RULES_LIMIT)
+    print(
+        f"the view rules' check: {cost:+.1%} per 1-event append "
+        f"(limit +{RULES_LIMIT:.0%}): {rules_met}"
+    )
     print(f"{batch} events/call: store/bare = {batched_ratio:.2f}x (no target)")
 
     print()

@@ -183,7 +183,8 @@ def appends(
     runs: dict[str, list[Any]] = {side: [] for side in sides}
     for w, session in enumerate(sessions):
         stores[w].create_session(Session(session, datetime.now(UTC)))
-        events = message_events(session, talk, need, id_prefix=f"s{w}")
+        own = conversation(random.Random(w), prefix=f"s{w}")  # one per session (view rules)
+        events = message_events(session, own, need, id_prefix=f"s{w}")
         runs["store"].append(store_writer(stores[w], session, events))
         for how in ("evalsha", "multi"):
             bare = f"{how}-{w}"
@@ -221,7 +222,12 @@ def lua_vs_watch(
     store.create_session(Session("watch", datetime.now(UTC)))
     contenders = {
         "lua": together_one(
-            store_writer(store, "lua", message_events("lua", talk, need, id_prefix="l")), per_block
+            store_writer(
+                store,
+                "lua",
+                message_events("lua", conversation(random.Random(seed)), need, id_prefix="l"),
+            ),
+            per_block,
         ),
         "watch": together_one(
             watch_writer(
@@ -256,14 +262,14 @@ def build_view(store: RedisStore, session: str, covered: int, seed: int) -> list
     for start in range(0, covered, 1_000):
         n = min(1_000, covered - start)
         batch = message_events(session, history, n, id_prefix=f"{session}-old{start}")
-        version = store.append_events(session, batch, version)
+        version = store.append_events(session, batch, version, check_rules=False)  # setup
     tail = message_events(
         session,
         conversation(random.Random(seed + 1), prefix="new"),
         VIEW_EVENTS,
         id_prefix=f"{session}-new",
     )
-    version = store.append_events(session, tail, version)
+    version = store.append_events(session, tail, version, check_rules=False)
     ids = tuple(e.id for e in tail)
     boundary = CompactionBoundary(
         uuid.uuid4().hex, (), (), ids, covered, 0, "window:last_events(50)"

@@ -127,7 +127,8 @@ def main() -> None:
         for w in range(WRITERS):
             session = f"writer-{w}"
             store.create_session(Session(session, created_at=datetime.now(UTC)))
-            events = message_events(session, talk, need, id_prefix=f"s{w}-")
+            own = conversation(rng, prefix=f"s{w}")  # one conversation per session (view rules)
+            events = message_events(session, own, need, id_prefix=f"s{w}-")
             store_jobs.append(store_writer(store, session, events))
             bare_events = message_events(session, talk, need, id_prefix=f"b{w}-")
             bare_jobs.append(bare_job(bare_conns[w], rows_of(session, bare_events)))
@@ -160,7 +161,7 @@ def main() -> None:
         store.create_session(Session("long", created_at=datetime.now(UTC)))
         events = message_events("long", talk, log_size, id_prefix="long-")
         for i in range(0, log_size, 1_000):
-            store.append_events("long", events[i : i + 1_000], i)
+            store.append_events("long", events[i : i + 1_000], i, check_rules=False)
         conn = bare_connection(store.path, None)
 
         def bare_read() -> list[SessionEvent]:

@@ -58,12 +58,12 @@ def build(path: Path, covered: int, seed: int) -> tuple[SqliteStore, list[str]]:
     for start in range(0, covered, BATCH):
         n = min(BATCH, covered - start)
         batch = message_events(SESSION, history, n, id_prefix=f"old{start}")
-        version = store.append_events(SESSION, batch, version)
+        version = store.append_events(SESSION, batch, version, check_rules=False)  # setup
     tail = message_events(
         SESSION, conversation(random.Random(seed + 1), prefix="new"), VIEW_EVENTS, id_prefix="new"
     )
     assert tail[0].starts_turn
-    store.append_events(SESSION, tail, version)
+    store.append_events(SESSION, tail, version, check_rules=False)
     return store, [e.id for e in tail]
 
 

@@ -630,3 +630,52 @@ def test_docs_link_to_each_other():
         assert f"docs/{page}.md" in readme
     for page in ["concepts", "compaction", "stores", "errors", "cli"]:
         assert (ROOT / "docs" / f"{page}.md").exists()
+
+
+# -- import: the view rules ---------------------------------------------------------------------
+
+BROKEN = [
+    {"role": "assistant", "content": "Hi! I am the trip planner."},  # R3: the assistant first
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+        ],
+    },
+    {"role": "user", "content": "Never mind."},  # R2: c1 is never answered
+    {"role": "assistant", "content": ""},  # empty
+    {"role": "tool", "tool_call_id": "c1", "content": "18C"},  # R1: after the next message
+]
+
+
+def test_import_refuses_a_transcript_that_breaks_the_view_rules(db, tmp_path, capsys):
+    path = write_json(tmp_path / "broken.json", BROKEN)
+    code, _out, err = run(capsys, "--db", db, "import", path)
+    assert_one_error_line(err, code, 2)  # bad input, like a malformed file
+    assert "message 1 (assistant)" in err and "R3" in err
+    assert "--allow-broken" in err and "check_rules" not in err
+    with service(db) as svc:
+        assert svc.find("broken") is None  # nothing written
+
+
+def test_import_allow_broken_stores_it_and_the_view_repairs_it(db, tmp_path, capsys):
+    path = write_json(tmp_path / "broken.json", BROKEN)
+    code, out, err = run(capsys, "--db", db, "import", path, "--allow-broken")
+    assert code == 0, err
+    assert "imported 6 events into session broken" in out
+    with service(db) as svc:
+        assert [e.message.text for e in svc.events("broken")][:2] == [
+            BROKEN[0]["content"],
+            "Weather in Paris?",
+        ]  # stored as it is
+        sent = svc.view_messages("broken")
+    assert [(m.role, m.metadata.get("turnlog.repair")) for m in sent] == [
+        ("user", "placeholder user message"),
+        ("assistant", None),
+        ("user", None),
+        ("assistant", None),
+        ("tool", "missing tool results"),
+        ("user", None),
+    ]

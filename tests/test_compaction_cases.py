@@ -21,9 +21,9 @@ from turnlog.compaction import SummaryRequest
 _ROLES = {"s": Message.system, "u": Message.user, "a": Message.assistant}
 
 
-def add(service, sid, *texts):
+def add(service, sid, *texts, check_rules=True):
     """Append one message per text; its first letter picks the role (s, u or a)."""
-    return {t: service.append_message(sid, _ROLES[t[0]](t)) for t in texts}
+    return {t: service.append_message(sid, _ROLES[t[0]](t), check_rules=check_rules) for t in texts}
 
 
 def texts(events):
@@ -256,7 +256,9 @@ def test_superseded_system_message_leaves_even_inside_the_kept_window(service):
 
 def test_preamble_is_pinned_and_never_cut(service):
     sid = service.create().id
-    ev = add(service, sid, "a0 hello, how can I help?", "u1", "a1", "u2", "a2")
+    # an assistant greeting first breaks R3 (the view rules): it is stored on purpose
+    ev = add(service, sid, "a0 hello, how can I help?", check_rules=False)
+    ev |= add(service, sid, "u1", "a1", "u2", "a2")
 
     result = compact(service, sid, CompactionWindow.last_turns(1))
 
@@ -265,11 +267,15 @@ def test_preamble_is_pinned_and_never_cut(service):
     add(service, sid, "u3", "a3")
     compact(service, sid, CompactionWindow.last_turns(1))
     assert texts(service.view(sid)) == ["a0 hello, how can I help?", "u3", "a3"]
+    sent = service.view_messages(sid)  # repaired: a placeholder user message comes first
+    assert [m.text for m in sent[1:]] == ["a0 hello, how can I help?", "u3", "a3"]
+    assert sent[0].role == "user"
+    assert sent[0].metadata == {"turnlog.repair": "placeholder user message"}
 
 
 def test_a_view_without_any_turn_is_left_alone(service):
     sid = service.create().id
-    add(service, sid, "sys", "a0", "a1")
+    add(service, sid, "sys", "a0", "a1", check_rules=False)
     before = service.events(sid)
     summarizer = Summarizer()
 

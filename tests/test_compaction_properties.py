@@ -44,14 +44,15 @@ json_values = st.recursive(
     max_leaves=8,
 )
 
-assistant_op = st.tuples(st.just("assistant"), words)
+said = words.map(lambda w: "a:" + w)  # an assistant reply has text (an empty one is refused)
+assistant_op = st.tuples(st.just("assistant"), said)
 system_op = st.tuples(st.just("system"), words)
 custom_op = st.tuples(st.just("custom"), json_values)
 tool_op = st.tuples(
     st.just("tools"),
     st.lists(st.sampled_from(["search", "read", "calc"]), min_size=1, max_size=3),
     st.booleans(),  # True: parallel results in one tool message
-    st.one_of(st.none(), words),  # an assistant reply after the results, or none
+    st.one_of(st.none(), said),  # an assistant reply after the results, or none
 )
 # what may follow a user message, or stand alone (a preamble, a turn-less session)
 loose_op = st.one_of(assistant_op, assistant_op, tool_op, system_op, custom_op)
@@ -91,30 +92,36 @@ class Summarizer:
         return [Message.user("summarize"), Message.assistant(f"summary {len(self.requests)}")]
 
 
-def apply(service, sid, op, summarizers):
+def apply(service, sid, op, summarizers, check_rules=True):
+    """Apply `op`; `check_rules=False` for a preamble (events before the first turn), which
+    breaks the view rules and is stored on purpose."""
     kind = op[0]
+
+    def append(message):
+        service.append_message(sid, message, event_id=uid(), check_rules=check_rules)
+
     if kind == "turn":
-        service.append_message(sid, Message.user(op[1]), event_id=uid())
+        append(Message.user(op[1]))
         for inner in op[2]:
             apply(service, sid, inner, summarizers)
     elif kind == "assistant":
-        service.append_message(sid, Message.assistant(op[1]), event_id=uid())
+        append(Message.assistant(op[1]))
     elif kind == "system":
-        service.append_message(sid, Message.system(op[1]), event_id=uid())
+        append(Message.system(op[1]))
     elif kind == "custom":
         service.append_event(SessionEvent.for_payload(sid, AUDIT, op[1], event_id=uid()))
     elif kind == "tools":
         _, names, parallel, reply = op
         calls = [ToolCall(uid(), name, '{"q":1}') for name in names]
-        service.append_message(sid, Message.assistant(tool_calls=calls), event_id=uid())
+        append(Message.assistant(tool_calls=calls))
         results = [ToolResult(c.id, c.name, f"result of {c.name}") for c in calls]
         if parallel:
-            service.append_message(sid, Message.tool(results), event_id=uid())
+            append(Message.tool(results))
         else:
             for result in results:
-                service.append_message(sid, Message.tool(result), event_id=uid())
+                append(Message.tool(result))
         if reply is not None:
-            service.append_message(sid, Message.assistant(reply), event_id=uid())
+            append(Message.assistant(reply))
     else:
         _, window, which = op
         summarizer = None if which is None else summarizers[which]
@@ -250,13 +257,15 @@ def test_random_logs_and_compactions(kind, ops):
             sid = service.create(uid()).id
             summarizers = {"summarize": Summarizer(), "decline": Summarizer(declining=True)}
             log, view = [], []
+            started = False  # a turn was appended: what follows keeps the view rules
             for op in ops:
+                started = started or op[0] == "turn"
                 version = service.version(sid)
                 plain = None
                 if op[0] == "compact" and op[2] is not None:
                     plain = plain_pass(service, sid, op[1], view)
                     asked = len(summarizers[op[2]].requests)
-                result = apply(service, sid, op, summarizers)
+                result = apply(service, sid, op, summarizers, check_rules=started)
                 new_log, new_view = check_log_and_view(service, sid, log)
                 if op[0] == "compact":
                     event(f"{op[1].kind} {op[2]}: {'unchanged' if result.unchanged else 'cut'}")

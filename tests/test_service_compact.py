@@ -32,16 +32,19 @@ def strategy(window, summarizer=None):
 
 
 def new_summary(request):
-    return [Message.assistant("new summary")]
+    return [Message.user("new summary")]
 
 
 def seed_log(service):
-    """U1 A1 ⊥1 Σold U2 A2 U3 A3, where ⊥1 names only Σold (built by hand, as in the guide)."""
+    """U1 A1 ⊥1 Σold U2 A2 U3 A3, where ⊥1 names only Σold (built by hand, as in the guide).
+
+    A summary turn starts with a user message (a view rule): here it is that one message.
+    """
     sid = service.create().id
     ev = {}
     ev["U1"] = service.append_message(sid, Message.user("u1"))
     ev["A1"] = service.append_message(sid, Message.assistant("a1"))
-    old = SessionEvent.for_message(sid, Message.assistant("old summary"), synthetic=True)
+    old = SessionEvent.for_message(sid, Message.user("old summary"), synthetic=True)
     b1 = CompactionBoundary(
         id=new_id(),
         pinned_event_ids=(),
@@ -74,7 +77,7 @@ def test_the_recorded_pass_of_the_guide(service):
     assert result.covered_events == (ev["Σold"], ev["U2"], ev["A2"])
     assert result.pinned_events == ()
     assert result.preserved_events == (ev["U3"], ev["A3"])
-    assert result.summary == (Message.assistant("new summary"),)
+    assert result.summary == (Message.user("new summary"),)
 
     log_after = service.events(sid)
     assert len(log_after) == 10
@@ -89,7 +92,7 @@ def test_the_recorded_pass_of_the_guide(service):
         )
     b2, new = log_after[8], log_after[9]
     assert b2.type == EventType.COMPACTION and b2.seq == 9
-    assert new.synthetic and new.seq == 10 and new.message == Message.assistant("new summary")
+    assert new.synthetic and new.seq == 10 and new.message == Message.user("new summary")
     assert result.summary_events[0].id == new.id
 
     assert service.view(sid) == [new, ev["U3"], ev["A3"]]

@@ -48,6 +48,7 @@ from turnlog.compaction import (
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
 from turnlog.events import SessionEvent, check_id
 from turnlog.importers import read_conversations
+from turnlog.rules import check_messages
 from turnlog.service import SessionService
 from turnlog.stores.base import SessionStore
 from turnlog.stores.sqlite import SqliteStore
@@ -160,6 +161,17 @@ def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
     path = Path(args.file)
     kind, conversations = args.conversations  # read before the database was opened
     ids = _import_ids(args, len(conversations))
+    check = not args.allow_broken
+    for session_id, messages in zip(ids, conversations, strict=True):
+        if check:  # the view rules, before anything is written
+            try:
+                check_messages(messages, "message")
+            except InvalidInput as exc:
+                raise InvalidInput(
+                    f"{path}, conversation {session_id}: {exc}".replace(
+                        "append with check_rules=False", "import with --allow-broken"
+                    )
+                ) from None
     for session_id in ids:  # check every id before writing anything
         if svc.find(session_id) is not None:
             raise SessionAlreadyExists(session_id)
@@ -172,7 +184,7 @@ def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
         for session_id, batch in zip(ids, batches, strict=True):
             svc.create(session_id, metadata={"imported_from": path.name, "format": kind})
             created.append(session_id)
-            svc.append_events(session_id, batch, 0)
+            svc.append_events(session_id, batch, 0, check_rules=check)
     except BaseException:
         for session_id in created:  # all or nothing
             svc.delete(session_id)
@@ -341,7 +353,10 @@ _DETAILS = {
     "records or JSONL of records. Consecutive tool messages become one turnlog tool message "
     "with several results. The session id is --session or the file's name without extension; "
     "several ShareGPT records become sessions ID-1, ID-2, ... Nothing is written if any entry "
-    "is bad.",
+    "is bad. A conversation that breaks the view rules (a tool result answering no open call, "
+    "calls left unanswered, an empty assistant message, the assistant speaking first) is "
+    "refused unless --allow-broken stores it as it is; the view sent to a model then repairs "
+    "it, visibly.",
     "show": "--view (the default) lists what the model is sent. --log lists every event: "
     "covered ones left the view but stay in the log; BOUNDARY lines are compactions.",
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
@@ -391,6 +406,11 @@ def _parser() -> argparse.ArgumentParser:
         commands[name] = p
     commands["import"].add_argument("file", help="the JSON, JSONL or ShareGPT file")
     commands["import"].add_argument("--session", help="the new session's id")
+    commands["import"].add_argument(
+        "--allow-broken",
+        action="store_true",
+        help="store a conversation that breaks the view rules as it is (the view repairs it)",
+    )
     for name in ("show", "compact", "delete"):
         commands[name].add_argument("session", help="the session id")
     for name in ("sessions", "show"):

@@ -39,6 +39,8 @@ __all__ = [
     "encode_body",
     "from_micros",
     "load_json",
+    "message_ids",
+    "message_role",
     "to_micros",
 ]
 
@@ -73,7 +75,26 @@ class _Body(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
+class _IdsMessage(msgspec.Struct):
+    tool_calls: list[tuple[str, ...]] = []
+    tool_results: list[tuple[str, ...]] = []
+
+
+class _IdsBody(msgspec.Struct):
+    message: _IdsMessage | None = None
+
+
+class _RoleMessage(msgspec.Struct):
+    role: str
+
+
+class _RoleBody(msgspec.Struct):
+    message: _RoleMessage | None = None
+
+
 _encoder: Final = msgspec.json.Encoder()
+_ids_decoder: Final = msgspec.json.Decoder(_IdsBody)
+_role_decoder: Final = msgspec.json.Decoder(_RoleBody)
 _decoder: Final = msgspec.json.Decoder(_Body)
 _any_decoder: Final = msgspec.json.Decoder()
 
@@ -114,6 +135,38 @@ def encode_body(event: SessionEvent) -> bytes:
         metadata=dict(event.metadata),
     )
     return _encoder.encode(body)
+
+
+def message_ids(body: bytes | str) -> list[str]:
+    """The call ids a stored message body holds: an assistant message's calls, or the calls a
+    tool message's results answer; empty for other messages. Reads only those fields.
+
+    Raises:
+        CorruptData: the body cannot be decoded.
+    """
+    raw = body.encode() if isinstance(body, str) else body
+    if b'"tool_calls"' not in raw and b'"tool_results"' not in raw:
+        return []
+    try:
+        message = _ids_decoder.decode(raw).message
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptData(f"a stored message cannot be read: {exc}") from exc
+    if message is None:
+        return []
+    return [c[0] for c in message.tool_calls] + [r[0] for r in message.tool_results]
+
+
+def message_role(body: bytes) -> str | None:
+    """The role of the message a stored body holds; None for another event's body.
+
+    Raises:
+        CorruptData: the body cannot be decoded.
+    """
+    try:
+        message = _role_decoder.decode(body).message
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptData(f"a stored message cannot be read: {exc}") from exc
+    return None if message is None else message.role
 
 
 def decode_event(

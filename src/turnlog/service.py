@@ -16,6 +16,7 @@ from turnlog.compaction._checks import check_function, describe
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
+from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, SessionStore, utc_now
 
 __all__ = ["SessionService"]
@@ -163,24 +164,46 @@ class SessionService:
         *,
         event_id: str | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
+        check_rules: bool = True,
     ) -> SessionEvent:
         """Append a message at the end of the log; returns the stored event (with its seq).
 
+        Args:
+            session_id: the session.
+            message: the message.
+            event_id: the event's id; a fresh one when None.
+            metadata: JSON the application attaches to the event.
+            check_rules: refuse a message that would break a view rule (see `turnlog.rules`);
+                False stores it anyway (importing a broken transcript on purpose), and
+                `view_messages` repairs the view.
+
         Raises:
             SessionNotFound: no such session.
-            InvalidInput: a bad message, id or metadata; nothing is written.
+            InvalidInput: a bad message, id or metadata, or a message that breaks a view rule
+                (a tool result that answers no open call, a message while calls are open, an
+                empty assistant message, an assistant or tool message first); nothing is
+                written.
         """
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
         event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
-        return self.store.append_event(event)
+        return self.store.append_event(event, check_rules=check_rules)
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
-        """Append one event at the end of the log, whatever the version."""
-        return self.store.append_event(event)
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
+        """Append one event at the end of the log, whatever the version.
+
+        Raises:
+            InvalidInput: as `append_message`.
+        """
+        return self.store.append_event(event, check_rules=check_rules)
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         """Append all of `events` or none, if the log is at `expected_version`.
 
@@ -189,8 +212,12 @@ class SessionService:
 
         Raises:
             VersionConflict: another writer appended first; nothing was written.
+            InvalidInput: a bad batch, or events that break a view rule (`check_rules=False`
+                stores them anyway, see `append_message`); nothing was written.
         """
-        return self.store.append_events(session_id, events, expected_version)
+        return self.store.append_events(
+            session_id, events, expected_version, check_rules=check_rules
+        )
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's log."""
@@ -207,9 +234,16 @@ class SessionService:
     def view_messages(self, session_id: str) -> list[Message]:
         """The messages to send a model: the latest system message first, then the rest.
 
-        Superseded system messages are not sent.
+        Superseded system messages are not sent. They obey the view rules (`turnlog.rules`):
+        on a log stored with `check_rules=False` they are repaired, visibly (see
+        `turnlog.rules.repair_messages`: orphan tool results and empty assistant messages are
+        left out; unanswered calls get a placeholder result; a placeholder user message comes
+        before a conversation that starts with the assistant; added and changed messages carry
+        the metadata key "turnlog.repair"). A log that always kept the rules is sent as it is.
         """
-        return [e.message for e in sent_events(self.store.view(session_id)) if e.message]
+        return repair_messages(
+            [e.message for e in sent_events(self.store.view(session_id)) if e.message]
+        )
 
     # -- compaction -------------------------------------------------------------------------
 

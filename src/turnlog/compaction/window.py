@@ -16,6 +16,7 @@ from turnlog.compaction.base import (
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, new_id
+from turnlog.rules import check_summary
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 
 __all__ = ["CompactionWindow", "WindowCompactionStrategy"]
@@ -159,6 +160,7 @@ class WindowCompactionStrategy:
             )
             if not summary_messages:
                 return CompactionResult.nothing(view)
+            check_summary(summary_messages, "the summarizer's summary turn")
         session_id = request.session.id
         summary_events = tuple(
             SessionEvent.for_message(session_id, m, synthetic=True) for m in summary_messages

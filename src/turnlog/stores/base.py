@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Protocol, overload, runtime_checkable
@@ -10,6 +10,7 @@ from typing import Protocol, overload, runtime_checkable
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Role, Session, SessionEvent, check_id, check_json
+from turnlog.rules import EMPTY_TAIL, check_append, needs_tail, tail_of
 
 __all__ = [
     "Clock",
@@ -22,6 +23,7 @@ __all__ = [
     "check_event",
     "check_limit",
     "check_metadata_query",
+    "check_rules_at",
     "check_session",
     "check_version",
     "metadata_matches",
@@ -324,6 +326,69 @@ def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]],
             )
 
 
+TailRows = Iterator[tuple[str, Sequence[str]]]
+"""A log's non-synthetic user, assistant and tool messages, newest first, as `rules.tail_of`
+reads them; fetched lazily."""
+
+
+def check_rules_at(
+    batch: list[SessionEvent],
+    expected: int | None,
+    read_tail: Callable[[], tuple[int, TailRows]],
+    stored: Callable[[list[str]], set[str]],
+) -> int | None:
+    """The view-rule check of a store that reads the end of the log before a version-checked
+    write (PostgreSQL, Redis): the write must then be conditioned on the version returned.
+
+    Args:
+        batch: the events to append.
+        expected: the version the caller expects; None to append at the end.
+        read_tail: returns the log's version and its messages newest first (lazily).
+        stored: given ids, returns those the session holds already.
+
+    Returns:
+        The version the write must be conditioned on; None when the check cannot apply
+        because the log is not at `expected` (the write then raises `VersionConflict`, or
+        skips a retry's stored events).
+
+    Raises:
+        InvalidInput: the new events of `batch` break a view rule.
+    """
+    if not needs_tail(batch):
+        try:
+            check_append(EMPTY_TAIL, batch)
+        except InvalidInput:
+            fresh = _fresh(batch, stored)
+            if len(fresh) == len(batch):
+                raise
+            check_append(EMPTY_TAIL, fresh)
+        return expected
+    version, rows = read_tail()
+    try:
+        if expected is not None and version != expected:
+            return None
+        tail = tail_of(rows)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    try:
+        check_append(tail, batch)
+    except InvalidInput:
+        fresh = _fresh(batch, stored)
+        if len(fresh) == len(batch):
+            raise
+        check_append(tail, fresh)
+    return version
+
+
+def _fresh(
+    batch: list[SessionEvent], stored: Callable[[list[str]], set[str]]
+) -> list[SessionEvent]:
+    known = stored([e.id for e in batch])
+    return [e for e in batch if e.id not in known]
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     """Where sessions and their logs live. Synchronous; every implementation is thread-safe.
@@ -361,21 +426,35 @@ class SessionStore(Protocol):
         ...
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         """Append all of `events` or none; returns the new version.
 
-        Events whose id the session holds already are skipped (a retry is a no-op).
+        Events whose id the session holds already are skipped (a retry is a no-op). The events
+        that are new must keep the view rules (`turnlog.rules`), checked against the end of the
+        log inside the same write; `check_rules=False` stores them as they are (importing a
+        broken transcript on purpose; `SessionService.view_messages` repairs the view).
 
         Raises:
             SessionNotFound: no such session.
             VersionConflict: the log is not at `expected_version`; nothing was written.
-            InvalidInput: a bad batch, or an id that another session holds.
+            InvalidInput: a bad batch, an id that another session holds, or an event that
+                would break a view rule; nothing was written.
         """
         ...
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
-        """Append one event at the end, whatever the version; returns it as stored."""
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
+        """Append one event at the end, whatever the version; returns it as stored.
+
+        Raises:
+            InvalidInput: as `append_events` (the view rules are checked at the end of the log
+                as it is when the event lands).
+        """
         ...
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:

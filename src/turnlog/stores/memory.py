@@ -10,6 +10,8 @@ from datetime import datetime
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.rules import EMPTY_TAIL as EMPTY
+from turnlog.rules import check_append, needs_tail, tail_of_events
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -132,7 +134,12 @@ class MemoryStore:
             ]
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
         with self._lock:
@@ -157,6 +164,8 @@ class MemoryStore:
                 return {i for i in ids if i in log.by_id and log.by_id[i].message is not None}
 
             check_boundaries(fresh, known)
+            if check_rules:
+                check_append(tail_of_events(log.events) if needs_tail(fresh) else EMPTY, fresh)
             now = self._clock()
             for offset, event in enumerate(fresh, start=actual + 1):
                 stored = stamped(event, offset, event.timestamp or now)
@@ -167,13 +176,13 @@ class MemoryStore:
                     log.boundary_at = offset - 1
             return len(log.events)
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_event(event)
         with self._lock:
             log = self._log(event.session_id)
             if event.id in log.by_id:
                 return log.by_id[event.id]
-            self.append_events(event.session_id, [event], len(log.events))
+            self.append_events(event.session_id, [event], len(log.events), check_rules=check_rules)
             return log.events[-1]
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:

@@ -33,6 +33,7 @@ from turnlog.codec import (
     dump_json,
     dump_jsonb,
     encode_body,
+    message_ids,
     to_micros,
 )
 from turnlog.compaction.boundary import CompactionBoundary
@@ -49,6 +50,7 @@ from turnlog.events import EventType, Session, SessionEvent, check_id
 from turnlog.stores.base import (
     Clock,
     EventFilter,
+    TailRows,
     apply_filter,
     check_batch,
     check_boundaries,
@@ -56,6 +58,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_rules_at,
     check_session,
     utc_now,
 )
@@ -73,6 +76,8 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
 
 DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 1000
+_PAGE: Final = 8  # rows of a log's end read at a time for the view rules
+_END: Final = 2**62  # a seq beyond any log's end
 _KEEP_IDLE_SECONDS: Final = 60.0
 _MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
@@ -458,14 +463,35 @@ class PostgresStore:
     # -- events -----------------------------------------------------------------------------
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
+        if check_rules:
+            self._check_rules(session_id, batch, expected_version)
         return self._append(session_id, batch, expected_version)[0]
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
-        version, written = self._append(event.session_id, [event], None)
+        if check_rules:
+            for _ in range(_MAX_ATTEMPTS):
+                at = self._check_rules(event.session_id, [event], None)
+                try:  # conditioned on the version the rules were checked at
+                    version, written = self._append(event.session_id, [event], at)
+                    break
+                except VersionConflict:
+                    continue  # another writer appended meanwhile: check again
+            else:  # pragma: no cover - each lost attempt means another writer won
+                raise StoreError(
+                    f"could not append to session {event.session_id!r} after {_MAX_ATTEMPTS} "
+                    "attempts: other writers keep winning; retry later"
+                )
+        else:
+            version, written = self._append(event.session_id, [event], None)
         if written is not None:
             return replace(event, seq=version, timestamp=event.timestamp or written)
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -617,6 +643,47 @@ class PostgresStore:
                 "missing: the database is damaged"
             )
         return CompactionBoundary.project(events)
+
+    def _check_rules(
+        self, session_id: str, batch: list[SessionEvent], expected: int | None
+    ) -> int | None:
+        """Check the view rules against the end of the log; returns the version to write at.
+
+        The log is read before the write, so the write must be conditioned on the version
+        returned (an append only ever extends the rows read).
+        """
+
+        def read_tail() -> tuple[int, TailRows]:
+            with self._conn("reading session", session_id) as conn:
+                rows = conn.execute(
+                    self._q.tail, {"sid": session_id, "before": _END, "n": _PAGE}, binary=True
+                ).fetchall()
+            if not rows:
+                raise SessionNotFound(session_id)
+            version = 0 if rows[0][0] is None else int(rows[0][0])
+            return version, self._tail_rows(session_id, [] if version == 0 else rows)
+
+        def stored(ids: list[str]) -> set[str]:
+            with self._conn("reading session", session_id) as conn:
+                return {r[0] for r in conn.execute(self._q.stored_ids, (session_id, ids))}
+
+        return check_rules_at(batch, expected, read_tail, stored)
+
+    def _tail_rows(self, session_id: str, rows: list[Any]) -> TailRows:
+        while rows:
+            for _seq, kind, role, synthetic, body in rows:
+                if kind == "MESSAGE" and not synthetic and role != "system":
+                    yield role, ([] if role == "user" else message_ids(body))
+            if len(rows) < _PAGE:
+                return
+            with self._conn("reading session", session_id) as conn:
+                rows = conn.execute(
+                    self._q.tail,
+                    {"sid": session_id, "before": rows[-1][0], "n": _PAGE},
+                    binary=True,
+                ).fetchall()
+            if rows and rows[0][0] is None:
+                return
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
         with self._conn("reading session", session_id) as conn:

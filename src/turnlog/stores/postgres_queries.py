@@ -38,6 +38,8 @@ class Queries:
     events_of_types: str
     event_by_id: str
     view: str
+    tail: str
+    stored_ids: str
 
     @classmethod
     def render(cls, schema: str, conn: psycopg.Connection[Any]) -> Queries:
@@ -111,6 +113,17 @@ class Queries:
             ),
             event_by_id=q(
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
+            ),
+            # The end of a log, newest first, for the view rules: whether the session exists,
+            # then a page of events (a range of the primary key, read backwards).
+            tail=q(
+                "SELECT e.seq, e.type, e.role, e.synthetic, e.body FROM {s}.sessions s "
+                "LEFT JOIN LATERAL (SELECT * FROM {s}.events e WHERE e.session_id = %(sid)s "
+                "AND e.seq < %(before)s ORDER BY e.seq DESC LIMIT %(n)s) e ON true "
+                "WHERE s.id = %(sid)s"
+            ),
+            stored_ids=q(
+                "SELECT e.id FROM {s}.events e WHERE e.session_id = %s AND e.id = ANY(%s)"
             ),
             # The view in one query: the boundary and the messages after it (a range of the
             # primary key), and the events the boundary names from before it, each looked up

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from turnlog.codec import dump_json, from_micros, to_micros
+from turnlog.codec import dump_json, from_micros, message_ids, message_role, to_micros
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     InvalidInput,
@@ -40,12 +40,14 @@ from turnlog.events import Session, SessionEvent, check_id
 from turnlog.stores.base import (
     Clock,
     EventFilter,
+    TailRows,
     apply_filter,
     check_batch,
     check_cutoff,
     check_event,
     check_limit,
     check_metadata_query,
+    check_rules_at,
     check_session,
     metadata_matches,
     utc_now,
@@ -77,6 +79,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["RedisStore"]
 
 _ATTEMPTS: Final = 16
+_TAIL_PAGE: Final = 8  # records of a log's end read at a time for the view rules
 _CHUNK: Final = 5_000  # records per read script call
 _PIPE: Final = 1_000  # commands per pipeline round trip
 _P = ParamSpec("_P")
@@ -287,7 +290,10 @@ class RedisStore:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
             self._client.script_load(SCRIPTS[name])
+        try:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        except NoScriptError:  # flushed again between the load and the call: send the text
+            return self._client.execute_command("EVAL", SCRIPTS[name], len(keys), *keys, *args)
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
         """Run commands in pipelines of `_PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.
@@ -480,15 +486,35 @@ class RedisStore:
 
     @_guarded
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
+        if check_rules:
+            self._check_rules(session_id, batch, expected_version)
         return self._append(session_id, batch, expected_version)[0]
 
     @_guarded
-    def append_event(self, event: SessionEvent) -> SessionEvent:
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
-        version, appended, now = self._append(event.session_id, [event], -1)
+        if check_rules:
+            for _ in range(_ATTEMPTS):
+                at = self._check_rules(event.session_id, [event], None)
+                try:  # conditioned on the version the rules were checked at
+                    version, appended, now = self._append(
+                        event.session_id, [event], -1 if at is None else at
+                    )
+                    break
+                except VersionConflict:
+                    continue  # another writer appended meanwhile: check again
+            else:
+                raise StoreError(f"session {event.session_id!r} kept changing; retry")
+        else:
+            version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
             return replace(event, seq=version, timestamp=event.timestamp or from_micros(now))
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -545,6 +571,48 @@ class RedisStore:
             self._clear_claims(session_id, batch)
             return None
         return reply
+
+    def _check_rules(
+        self, session_id: str, batch: list[SessionEvent], expected: int | None
+    ) -> int | None:
+        """Check the view rules against the end of the log; returns the version to write at.
+
+        The log is read before the write, so the write must be conditioned on the version
+        returned (an append only ever extends the records read).
+        """
+        key = self._keys.session(session_id)[:1]
+
+        def read_tail() -> tuple[int, TailRows]:
+            reply = self._run("tail", key, [_TAIL_PAGE, ""])
+            if not reply:
+                raise SessionNotFound(session_id)
+            version = int(reply[1])
+            return version, self._tail_rows(session_id, key, reply[0], version, reply[2:])
+
+        def stored(ids: list[str]) -> set[str]:
+            found = self._client.hmget(key[0], ["#" + i for i in ids])
+            return {i for i, ref in zip(ids, found, strict=True) if ref is not None}
+
+        return check_rules_at(batch, expected, read_tail, stored)
+
+    def _tail_rows(
+        self, session_id: str, key: list[str], inc: bytes, seq: int, records: list[Any]
+    ) -> TailRows:
+        while records:
+            for record in records:
+                head, body = split_record(session_id, seq, record)
+                seq -= 1
+                if head[1] != "MESSAGE" or head[3]:
+                    continue
+                role = message_role(body)
+                if role in ("user", "assistant", "tool"):
+                    yield role, ([] if role == "user" else message_ids(body))
+            if seq < 1:
+                return
+            reply = self._run("tail", key, [_TAIL_PAGE, seq + 1])
+            if not reply or reply[0] != inc:
+                raise StoreError(f"session {session_id!r} was deleted meanwhile; retry")
+            records = reply[2:]
 
     def _remember(self, session_id: str, inc: str) -> None:
         with self._incs_lock:

@@ -299,3 +299,17 @@ return out
 -- Delete KEYS[1] if it still holds ARGV[1] (an event-id claim of a dead incarnation).
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+
+--! tail
+-- The end of a session's log, newest first, read for the view rules.
+-- ARGV: n (at most this many records), before (the records before this seq; '' = the end).
+-- Returns {} when there is no session, else {inc, v, record, record, ...} (seq descending).
+local hv = redis.call('HMGET', KEYS[1], 'inc', 'v')
+if not hv[1] then return {} end
+local hi = tonumber(hv[2])
+if ARGV[2] ~= '' then hi = tonumber(ARGV[2]) - 1 end
+local out = {hv[1], hv[2]}
+for seq = hi, math.max(1, hi - tonumber(ARGV[1]) + 1), -1 do
+    out[#out + 1] = redis.call('HGET', KEYS[1], tostring(seq))
+end
+return out

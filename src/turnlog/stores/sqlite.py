@@ -12,13 +12,20 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from turnlog.codec import decode_event, decode_session, dump_json, encode_body, to_micros
+from turnlog.codec import (
+    decode_event,
+    decode_session,
+    dump_json,
+    encode_body,
+    message_ids,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
@@ -30,6 +37,15 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.rules import (
+    EMPTY_TAIL,
+    STARTED,
+    Tail,
+    check_append,
+    check_one,
+    needs_tail,
+    tail_of,
+)
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -83,6 +99,17 @@ _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
 )
+_LAST_ID: Final = (  # the version and the newest event's id
+    "SELECT seq, id FROM turnlog_events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
+)
+_NEWEST: Final = (  # the newest event: its seq is the version (to check the view rules)
+    "SELECT seq, type, role, synthetic, body FROM turnlog_events WHERE session_id = ? "
+    "ORDER BY seq DESC LIMIT 1"
+)
+_BEFORE: Final = (  # the messages before a seq, newest first, as far as the rules read them
+    "SELECT type, role, synthetic, body FROM turnlog_events WHERE session_id = ? AND seq < ? "
+    "ORDER BY seq DESC"
+)
 _INSERT: Final = (
     "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -132,6 +159,9 @@ class SqliteStore:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        # session -> (version, newest event id, Tail) after this handle's last one-event append;
+        # used (under the write lock) only while that event is still the newest of the log
+        self._tails: dict[str, tuple[int, str, Tail]] = {}
         self._closed = False
         self._ensure_schema()
 
@@ -327,6 +357,7 @@ class SqliteStore:
     def delete_session(self, session_id: str) -> bool:
         check_id(session_id, "session id")
         with self._write() as conn:
+            self._tails.pop(session_id, None)
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0
@@ -371,7 +402,12 @@ class SqliteStore:
     # -- events -----------------------------------------------------------------------------
 
     def append_events(
-        self, session_id: str, events: Sequence[SessionEvent], expected_version: int
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
     ) -> int:
         if isinstance(events, (list, tuple)) and len(events) == 1:
             one = events[0]
@@ -382,24 +418,42 @@ class SqliteStore:
                 and type(expected_version) is int
                 and expected_version >= 0
             ):
-                version = self._append_one(session_id, one, expected_version)
+                version = self._append_one(session_id, one, expected_version, check_rules)
                 if version is not None:
                     return version
         batch = check_batch(session_id, events, expected_version)
-        return self._append(session_id, batch, expected_version, want_copies=False)[0]
+        return self._append(
+            session_id, batch, expected_version, want_copies=False, check_rules=check_rules
+        )[0]
 
-    def _append_one(self, session_id: str, event: SessionEvent, expected: int) -> int | None:
+    def _append_one(
+        self, session_id: str, event: SessionEvent, expected: int, check_rules: bool
+    ) -> int | None:
         """The commonest append, one message at its expected version, with nothing around it.
 
         Returns the new version, or None when it wrote nothing because the general path has to
         decide (another version, an unknown session, an id already stored).
         """
+        m = event.message
+        tail_needed = check_rules and m is not None and not event.synthetic and m.role != "system"
+        if check_rules and event.synthetic:
+            return None  # the general path refuses it (or skips it when it is stored)
         body = encode_body(event)
         micros = to_micros(event.timestamp or self._clock())
         with self._immediate() as conn:
             done = False
             try:
-                row = conn.execute(_VERSION, (session_id,)).fetchone()
+                last = None
+                if tail_needed:
+                    last = conn.execute(_LAST_ID, (session_id,)).fetchone()
+                # rows exist only for a session that does (a delete removes both at once)
+                row = (last[0], 1) if last else conn.execute(_VERSION, (session_id,)).fetchone()
+                tail = None
+                if tail_needed and row[1] and (row[0] or 0) == expected:
+                    try:
+                        tail = check_one(self._tail_at(conn, session_id, last), event)
+                    except InvalidInput:
+                        return None  # the general path tells a retry from a broken rule
                 if row[1] and (row[0] or 0) == expected:
                     try:
                         conn.execute(
@@ -411,6 +465,8 @@ class SqliteStore:
                         return None
                     conn.execute("COMMIT")
                     done = True
+                    if tail is not None:
+                        self._remember_tail(session_id, expected + 1, event.id, tail)
                     return expected + 1
                 return None
             except sqlite3.DatabaseError as exc:
@@ -419,9 +475,11 @@ class SqliteStore:
                 if not done:
                     _rollback(conn)
 
-    def append_event(self, event: SessionEvent) -> SessionEvent:
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
-        stored = self._append(event.session_id, [event], None, want_copies=True)[1]
+        stored = self._append(
+            event.session_id, [event], None, want_copies=True, check_rules=check_rules
+        )[1]
         if stored:
             return stored[0]
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -436,6 +494,7 @@ class SqliteStore:
         expected: int | None,
         *,
         want_copies: bool,
+        check_rules: bool,
     ) -> tuple[int, list[SessionEvent]]:
         """Append under the write lock; `expected=None` appends at the end.
 
@@ -455,11 +514,24 @@ class SqliteStore:
                 raise VersionConflict(session_id, expected, version)
             if any(e.type == EventType.COMPACTION for e in batch):
                 check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
+            if check_rules:
+                try:
+                    self._check_rules(conn, session_id, batch)
+                except InvalidInput:  # a retry: the rules apply to the part not stored yet
+                    fresh, fresh_bodies = self._drop_stored(conn, session_id, batch, bodies)
+                    if len(fresh) == len(batch):
+                        raise
+                    if not fresh:
+                        return version, []
+                    batch, bodies = fresh, fresh_bodies
+                    self._check_rules(conn, session_id, batch)
             timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
             if not self._insert(conn, session_id, version, batch, timestamps, bodies):
                 batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
                 if not batch:
                     return version, []
+                if check_rules:  # the retried part alone must keep the rules
+                    self._check_rules(conn, session_id, batch)
                 timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
                 if not self._insert(conn, session_id, version, batch, timestamps, bodies):
                     # pragma: no cover - impossible under the write lock
@@ -624,6 +696,59 @@ class SqliteStore:
         if not row[1]:
             raise SessionNotFound(session_id)
         return int(row[0] or 0)
+
+    def _check_rules(
+        self, conn: sqlite3.Connection, session_id: str, batch: list[SessionEvent]
+    ) -> None:
+        """Raise `InvalidInput` unless appending `batch` keeps the view rules."""
+        tail = EMPTY_TAIL
+        if needs_tail(batch):
+            tail = self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
+        check_append(tail, batch)
+
+    def _tail_at(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
+        """The log's `Tail`, from `last` (a `_LAST_ID` row: the newest seq and event id; None
+        for an empty log): the one this handle remembers from its own last append when that
+        event is still the newest, else read from the log."""
+        if last is None:
+            return EMPTY_TAIL
+        known = self._tails.get(session_id)
+        if known is not None and known[0] == last[0] and known[1] == last[1]:
+            return known[2]
+        return self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
+
+    def _remember_tail(self, session_id: str, version: int, event_id: str, tail: Tail) -> None:
+        if len(self._tails) >= 10_000:
+            self._tails.clear()
+        self._tails[session_id] = (version, event_id, tail)
+
+    def _tail(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
+        """The log's `Tail`, from its newest row `last` (a `_NEWEST` row, None for an empty
+        log) back as far as needed."""
+        if last is None:
+            return EMPTY_TAIL
+        if last[1] == "MESSAGE" and not last[3]:  # the commonest cases: no walk back
+            if last[2] == "user":
+                return STARTED
+            if last[2] == "assistant":
+                return Tail(tuple(message_ids(last[4])), True)
+
+        def rows() -> Generator[tuple[str, list[str]]]:
+            if last[1] == "MESSAGE" and not last[3] and last[2] != "system":
+                yield last[2], message_ids(last[4])
+            cur = conn.execute(_BEFORE, (session_id, last[0]))
+            try:
+                for kind, role, synthetic, body in cur:
+                    if kind == "MESSAGE" and not synthetic and role != "system":
+                        yield role, ([] if role == "user" else message_ids(body))
+            finally:
+                cur.close()
+
+        walk = rows()
+        try:
+            return tail_of(walk)
+        finally:
+            walk.close()
 
     def _check_session(self, conn: sqlite3.Connection, session_id: str) -> None:
         if conn.execute("SELECT 1 FROM turnlog_sessions WHERE id = ?", (session_id,)).fetchone():

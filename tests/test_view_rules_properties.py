@@ -1,0 +1,204 @@
+"""The view rules against an oracle: random valid and broken sequences, appended and compacted.
+
+The oracle is not the code under test: `breaks` below states R1-R4 (and "no empty assistant
+message") directly over the messages a provider would receive, position by position, where
+`turnlog.rules` folds the log into a running state. Properties, on MemoryStore and SqliteStore:
+
+- an append is refused exactly when the log's messages plus the new ones would break a rule;
+  a refused append writes nothing;
+- whatever was accepted, after any compaction, `view_messages` obeys the rules and is sent
+  unrepaired (no message carries "turnlog.repair");
+- the same moves stored with `check_rules=False` give a `view_messages` that obeys the rules
+  too (repaired), after any compaction.
+"""
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from turnlog import (
+    CharCounter,
+    CompactionWindow,
+    EventType,
+    InvalidInput,
+    MemoryStore,
+    Message,
+    SessionEvent,
+    SessionService,
+    SqliteStore,
+    ToolCall,
+    ToolResult,
+    WindowCompactionStrategy,
+)
+from turnlog.compaction import sent_events
+
+AUDIT = EventType.of("ACME.AUDIT")
+
+
+def breaks(messages):
+    """Every way `messages` (what a provider receives) breaks the view rules; [] when none."""
+    found = []
+    systems = [i for i, m in enumerate(messages) if m.role == "system"]
+    if len(systems) > 1 or (systems and systems[0] != 0):
+        found.append("R4: one system message, first")
+    rest = [m for m in messages if m.role != "system"]
+    if rest and rest[0].role != "user":
+        found.append("R3: the first non-system message is a user message")
+    for i, m in enumerate(rest):
+        if m.role == "assistant" and not m.tool_calls and not (m.text or "").strip():
+            found.append(f"empty assistant message at {i}")
+        if m.role == "assistant" and len({c.id for c in m.tool_calls}) < len(m.tool_calls):
+            found.append(f"a call id twice at {i}")
+        if m.role == "tool":
+            # R1: the nearest non-tool message before it is the assistant message making the
+            # call, and no result between them (or earlier in this message) answered it
+            j = i - 1
+            while j >= 0 and rest[j].role == "tool":
+                j -= 1
+            made = set() if j < 0 or rest[j].role != "assistant" else rest[j].tool_calls
+            made = {c.id for c in made}
+            answered = [r.call_id for k in range(j + 1, i) for r in rest[k].tool_results]
+            for r in m.tool_results:
+                if r.call_id not in made or r.call_id in answered:
+                    found.append(f"R1: result {r.call_id} at {i} answers no open call")
+                answered.append(r.call_id)
+        if m.role == "assistant" and m.tool_calls:
+            # R2: answered before the next non-tool message, unless none follows (in progress)
+            k = i + 1
+            while k < len(rest) and rest[k].role == "tool":
+                k += 1
+            if k < len(rest):
+                answered = {r.call_id for t in rest[i + 1 : k] for r in t.tool_results}
+                if {c.id for c in m.tool_calls} - answered:
+                    found.append(f"R2: calls of {i} unanswered before {k}")
+    return found
+
+
+def uid():
+    return uuid.uuid4().hex
+
+
+text = st.sampled_from(["hi", "ok", "", "  ", "the answer"])
+move = st.one_of(
+    st.tuples(st.just("user"), text),
+    st.tuples(st.just("assistant"), text),
+    st.tuples(st.just("calls"), st.integers(1, 3)),
+    # answer the k-th newest call ids made so far (or an unknown id when there are none)
+    st.tuples(st.just("results"), st.lists(st.integers(0, 4), min_size=1, max_size=3)),
+    st.tuples(st.just("system"), text.filter(str.strip)),
+    st.tuples(st.just("custom"), st.integers()),
+    st.tuples(
+        st.just("compact"),
+        st.one_of(
+            st.builds(CompactionWindow.last_events, st.integers(1, 5)),
+            st.builds(CompactionWindow.last_turns, st.integers(1, 2)),
+        ),
+        st.booleans(),  # with a summarizer
+    ),
+)
+
+
+def summarize(request):
+    return [Message.user("summarize"), Message.assistant(f"summary of {len(request.covered)}")]
+
+
+class Moves:
+    """Turns moves into messages; call ids are remembered so results can answer them."""
+
+    def __init__(self):
+        self.calls = []
+
+    def message(self, m):
+        kind = m[0]
+        if kind == "user":
+            return Message.user(m[1])
+        if kind == "assistant":
+            return Message.assistant(m[1])
+        if kind == "system":
+            return Message.system(m[1])
+        if kind == "calls":
+            calls = [ToolCall(uid(), "f", "{}") for _ in range(m[1])]
+            self.calls += calls
+            return Message.assistant(None, calls)
+        picked = [self.calls[-1 - k] for k in m[1] if k < len(self.calls)]
+        picked = picked or [ToolCall("never-made", "f", "{}")]
+        return Message.tool([ToolResult(c.id, c.name, "r") for c in picked])
+
+
+def log_prompt(service, sid, *more):
+    """What the log (and `more` messages after it) would send without compaction: its
+    non-synthetic messages, the latest system message first and the other system messages
+    left out."""
+    messages = [e.message for e in service.events(sid) if e.message and not e.synthetic]
+    messages += more
+    systems = [m for m in messages if m.role == "system"]
+    return systems[-1:] + [m for m in messages if m.role != "system"]
+
+
+def compact(service, sid, m):
+    strategy = WindowCompactionStrategy(
+        m[1], summarizer=summarize if m[2] else None, token_counter=CharCounter()
+    )
+    service.compact(sid, lambda request: True, strategy)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.lists(move, min_size=1, max_size=24), batched=st.booleans())
+def test_appends_are_refused_exactly_when_the_view_would_break(kind, moves, batched):
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore() if kind == "memory" else SqliteStore(Path(tmp) / "t.db")
+        with SessionService(store) as service:
+            checked, free = service.create().id, service.create().id
+            maker = Moves()
+            refused = 0
+            for m in moves:
+                if m[0] == "compact":
+                    compact(service, checked, m)
+                    compact(service, free, m)
+                elif m[0] == "custom":
+                    event = SessionEvent.for_payload(checked, AUDIT, m[1])
+                    service.append_event(event)
+                    service.append_event(SessionEvent.for_payload(free, AUDIT, m[1]))
+                else:
+                    message = maker.message(m)
+                    would_break = bool(breaks(log_prompt(service, checked, message)))
+                    before = service.events(checked)
+                    event = SessionEvent.for_message(checked, message)
+                    try:
+                        if batched:
+                            service.append_events(checked, [event], len(before))
+                        else:
+                            service.append_event(event)
+                    except InvalidInput:
+                        refused += 1
+                        assert would_break, message
+                        assert service.events(checked) == before  # nothing written
+                    else:
+                        assert not would_break, m
+                    service.append_message(free, message, check_rules=False)
+                sent = service.view_messages(checked)
+                assert breaks(sent) == []
+                assert all("turnlog.repair" not in x.metadata for x in sent)
+                raw = [e.message for e in sent_events(service.view(checked))]
+                assert sent == raw  # a checked log is sent as it is
+                assert breaks(service.view_messages(free)) == []
+            assert breaks(log_prompt(service, checked)) == []
+
+
+def test_the_oracle_sees_each_kind_of_break():
+    call = ToolCall("c", "f", "{}")
+    u, a = Message.user("u"), Message.assistant("a")
+    asks, answer = Message.assistant(None, [call]), Message.tool(ToolResult("c", "f", "r"))
+    assert breaks([Message.system("s"), u, asks, answer, a, u, asks]) == []
+    assert breaks([a]) and breaks([Message.system("s"), answer])  # R3 (and R1)
+    assert breaks([u, answer])  # R1: no call
+    assert breaks([u, asks, answer, answer])  # R1: answered twice
+    assert breaks([u, asks, u, answer])  # R1 and R2
+    assert breaks([u, asks, a])  # R2
+    assert breaks([u, Message.assistant(" ")])  # empty
+    assert breaks([u, Message.system("s")])  # R4
