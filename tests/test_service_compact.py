@@ -264,6 +264,24 @@ def test_project_reports_a_boundary_naming_a_missing_event():
         CompactionBoundary.project([u, boundary.to_event(sid)])
 
 
+@pytest.mark.parametrize("role", ["pinned", "summary", "preserved"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_project_refuses_a_boundary_naming_a_custom_event(role, where):
+    """Only message events are ever in a view: a boundary that names an event of the
+    application's own type (stored before it, or after it as a summary would be) is damage."""
+    sid = "s1"
+    u = SessionEvent.for_message(sid, Message.user("u"))
+    audit = SessionEvent.for_payload(sid, AUDIT, {"k": 1})
+    ids = {"pinned": (), "summary": (), "preserved": ()}
+    ids[role] = (audit.id,)
+    boundary = CompactionBoundary(
+        new_id(), ids["pinned"], ids["summary"], ids["preserved"], 1, 0, "x"
+    ).to_event(sid)
+    log = [u, audit, boundary] if where == "before" else [u, boundary, audit]
+    with pytest.raises(CorruptData, match=audit.id):
+        CompactionBoundary.project(log)
+
+
 def test_project_without_a_boundary_is_the_message_events():
     sid = "s1"
     u = SessionEvent.for_message(sid, Message.user("u"))
