@@ -16,7 +16,8 @@ import redis
 from redis_cluster import RedisCluster, ServerUnavailable, binaries, free_ports, skip_or_fail
 from test_redis_store import RedisChecks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
-from turnlog.stores.redis import RedisClusterStore, RedisStore
+from turnlog.stores.redis import RedisStore
+from turnlog.stores.redis_cluster import RedisClusterStore
 from turnlog.testing import StoreContract
 
 

@@ -38,7 +38,8 @@ from turnlog import (
     VersionConflict,
     WindowCompactionStrategy,
 )
-from turnlog.stores.redis import RedisClusterStore, RedisStore
+from turnlog.stores.redis import RedisStore
+from turnlog.stores.redis_cluster import RedisClusterStore
 
 pytestmark = pytest.mark.slow
 

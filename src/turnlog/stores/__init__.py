@@ -25,7 +25,7 @@ __all__ = [
 _LAZY = {
     "PostgresStore": "turnlog.stores.postgres",
     "RedisStore": "turnlog.stores.redis",
-    "RedisClusterStore": "turnlog.stores.redis",
+    "RedisClusterStore": "turnlog.stores.redis_cluster",
 }
 
 

@@ -1,4 +1,4 @@
-"""`RedisStore` and `RedisClusterStore`: sessions in Redis, or in a Redis Cluster.
+"""`RedisStore`: sessions in Redis (`RedisClusterStore`, in redis_cluster.py, is its cluster twin).
 
 Every key of a session carries one hash tag, `<prefix>:{<escaped session id>}:...`, so all of a
 session lives in one slot, and each write is one Lua script there: the version check, the skip of
@@ -6,7 +6,8 @@ ids already stored, the batch, the version and the pointer to the newest boundar
 The view is read from that pointer without touching the covered history. Event ids are unique
 across sessions through one small key per id (`<prefix>:id:<escaped id>`): on one server the
 append script claims them itself; on a cluster they live in other slots, so they are claimed
-just before the script and fenced by the session's incarnation (see docs/redis.md).
+just before the script and fenced by the session's incarnation (redis_cluster.py, docs/redis.md).
+The key names and the record format are in redis_layout.py.
 
 The cross-session indexes (sessions by creation and by expiry, metadata values) are hints kept
 beside the sessions: written before a session write, cleaned after a delete, and verified against
@@ -17,23 +18,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from importlib import resources
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
-import msgspec
-
-from turnlog.codec import decode_event, dump_json, encode_body, from_micros, load_json, to_micros
-from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.codec import dump_json, from_micros, to_micros
 from turnlog.errors import (
-    CorruptData,
     InvalidInput,
     SessionAlreadyExists,
     SessionNotFound,
@@ -46,42 +41,37 @@ from turnlog.stores.base import (
     EventFilter,
     apply_filter,
     check_batch,
-    check_boundaries,
     utc_now,
+)
+from turnlog.stores.redis_layout import (
+    SCRIPTS,
+    Keys,
+    batch_args,
+    decode_record,
+    event_of,
+    index_member,
+    session_of,
+    split_member,
+    split_record,
+    view_of,
 )
 
 try:
     import redis
     from redis.backoff import NoBackoff
-    from redis.cluster import ClusterNode
     from redis.cluster import RedisCluster as _RedisCluster
     from redis.exceptions import NoScriptError, RedisClusterException, RedisError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs redis-py: pip install 'turnlog[redis]'") from exc
 
-__all__ = ["RedisClusterStore", "RedisStore"]
+__all__ = ["RedisStore"]
 
 _ATTEMPTS: Final = 16
 _CHUNK: Final = 5_000  # records per read script call
 _PIPE: Final = 1_000  # commands per pipeline round trip
-_INDEXED_LENGTH: Final = 512  # longer metadata (name + value) is searched by a scan
-_header_encoder: Final = msgspec.json.Encoder()
-_header_decoder: Final = msgspec.json.Decoder(tuple[str, str, int, int])
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def _load_scripts() -> dict[str, str]:
-    text = resources.files("turnlog.stores").joinpath("redis_scripts.lua").read_text("utf-8")
-    scripts: dict[str, str] = {}
-    for part in text.split("\n--! ")[1:]:
-        name, _, body = part.partition("\n")
-        scripts[name.strip()] = body
-    return scripts
-
-
-_SCRIPTS: Final = _load_scripts()
 
 
 def _guarded(
@@ -99,66 +89,6 @@ def _guarded(
             raise self._translate(exc) from exc
 
     return wrapper
-
-
-_PLAIN: Final = re.compile(r"[A-Za-z0-9_.~-]+")
-
-
-def _escape(text: str) -> str:
-    """`quote(text, safe="")`: only ASCII letters, digits and `_.-~` stay (checked first,
-    because most ids are plain already)."""
-    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
-
-
-class _Keys:
-    """Key names. Ids are percent-escaped (`quote(id, safe="")`), which leaves no `{`, `}`, `:`
-    or glob character in them: a session id can neither move its keys to another slot nor
-    produce another session's key names."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.created = f"{prefix}:{{:idx}}:c"  # ':' never survives escaping: no session has it
-        self.expiry = f"{prefix}:{{:idx}}:x"
-        self._sessions: dict[str, list[str]] = {}
-
-    def session(self, session_id: str) -> list[str]:
-        """The session hash (state, records, ids), its failed claims, its index keys: one tag."""
-        keys = self._sessions.get(session_id)
-        if keys is None:
-            base = f"{self.prefix}:{{{_escape(session_id)}}}:"
-            keys = [base + suffix for suffix in ("s", "r", "k")]
-            if len(self._sessions) >= 4096:
-                self._sessions.clear()
-            self._sessions[session_id] = keys
-        return keys
-
-    def event(self, event_id: str) -> str:
-        return f"{self.prefix}:id:{_escape(event_id)}"
-
-    def metadata(self, name: str, value: str | int | bool) -> str | None:
-        """The index set of `name` == `value` (type-exact), or None when it is too long."""
-        if isinstance(value, bool):
-            typed = "b1" if value else "b0"
-        elif isinstance(value, int):
-            typed = f"i{value}"
-        else:
-            typed = "s" + _escape(value)
-        if len(name) + len(typed) > _INDEXED_LENGTH:
-            return None
-        return f"{self.prefix}:m:{_escape(name)}:{typed}"
-
-
-def _member(session_id: str, inc: str) -> bytes:
-    """An index member: the session id, NUL, its incarnation (ids hold no NUL)."""
-    return session_id.encode("utf-8") + b"\x00" + inc.encode("ascii")
-
-
-def _split_member(member: bytes) -> tuple[str, str] | None:
-    sid, sep, inc = member.partition(b"\x00")
-    try:
-        return (sid.decode("utf-8"), inc.decode("ascii")) if sep else None
-    except UnicodeDecodeError:
-        return None
 
 
 def _same(stored: object, value: object) -> bool:
@@ -194,8 +124,6 @@ class RedisStore:
     (connections open lazily, on first use), and `CorruptData` for a damaged record.
     """
 
-    _cluster = False
-
     def __init__(
         self,
         url_or_client: str | Any,
@@ -220,12 +148,12 @@ class RedisStore:
         self._closed = False
         self._where = "Redis"
         self._client, self._owned, self._where = self._connect(url_or_client, timeout, retries)
-        self._keys = _Keys(prefix)
+        self._keys = Keys(prefix)
         self._clock = clock
         self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
         self._indexed = None if indexed_keys is None else frozenset(indexed_keys)
         self._shas = {
-            name: hashlib.sha1(text.encode()).hexdigest() for name, text in _SCRIPTS.items()
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in SCRIPTS.items()
         }
         self._incs: dict[str, str] = {}
         self._incs_lock = threading.Lock()
@@ -301,7 +229,7 @@ class RedisStore:
         try:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:
-            self._client.script_load(_SCRIPTS[name])
+            self._client.script_load(SCRIPTS[name])
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
@@ -319,7 +247,7 @@ class RedisStore:
                 results = pipe.execute(raise_on_error=False)
                 if not any(isinstance(r, NoScriptError) for r in results):
                     break
-                self._client.script_load(_SCRIPTS["release"])
+                self._client.script_load(SCRIPTS["release"])
             for r in results:
                 if isinstance(r, Exception):
                     raise r
@@ -344,7 +272,7 @@ class RedisStore:
     def _put(self, session: Session, *, create: bool) -> None:
         keys = self._keys.session(session.id)
         metadata = dump_json(dict(session.metadata))
-        index = self._index_keys(session)
+        index = self._keys.indexes(session.metadata, self._indexed)
         expires = None if session.expires_at is None else to_micros(session.expires_at)
         for _ in range(_ATTEMPTS):
             inc, created = self._client.hmget(keys[0], "inc", "c")
@@ -354,7 +282,7 @@ class RedisStore:
                 inc, expected, created = secrets.token_hex(8), "", to_micros(session.created_at)
             else:
                 inc, expected, created = inc.decode(), inc.decode(), int(created)
-            member = _member(session.id, inc)
+            member = index_member(session.id, inc)
             # The index first: a crash leaves an extra entry (filtered on reads), never a gap.
             before: list[tuple[Any, ...]] = [("ZADD", self._keys.created, "NX", created, member)]
             if expires is not None:
@@ -387,17 +315,6 @@ class RedisStore:
                 raise SessionAlreadyExists(session.id)
         raise StoreError(f"session {session.id!r} kept changing while it was being saved; retry")
 
-    def _index_keys(self, session: Session) -> list[str]:
-        keys = []
-        for name, value in session.metadata.items():
-            if self._indexed is not None and name not in self._indexed:
-                continue
-            if isinstance(value, (str, int)):  # bool is an int
-                key = self._keys.metadata(name, value)
-                if key is not None:
-                    keys.append(key)
-        return keys
-
     def _drop_index(self, member: bytes, index: Iterable[str | bytes]) -> None:
         self._pipeline(
             [
@@ -410,25 +327,11 @@ class RedisStore:
     @_guarded
     def find_session(self, session_id: str) -> Session | None:
         inc, *fields = self._client.hmget(self._keys.session(session_id)[0], "inc", "c", "x", "md")
-        return None if inc is None else self._session(session_id, fields)
-
-    def _session(self, session_id: str, fields: Sequence[bytes | None]) -> Session:
-        created, expires, metadata = fields
-        if created is None or expires is None or metadata is None:
-            raise CorruptData(f"the record of session {session_id!r} is incomplete")
-        md = load_json(metadata, f"the metadata of session {session_id!r}")
-        if not isinstance(md, dict):
-            raise CorruptData(f"the metadata of session {session_id!r} is not a JSON object")
-        return Session(
-            id=session_id,
-            created_at=from_micros(int(created)),
-            expires_at=from_micros(int(expires)) if expires else None,
-            metadata=md,
-        )
+        return None if inc is None else session_of(session_id, fields)
 
     def _sessions(self, members: Sequence[bytes]) -> list[Session]:
         """The live sessions the index members name, in their order (stale members dropped)."""
-        pairs = [p for p in (_split_member(m) for m in members) if p is not None]
+        pairs = [p for p in (split_member(m) for m in members) if p is not None]
         replies = self._pipeline(
             [("HMGET", self._keys.session(sid)[0], "inc", "c", "x", "md") for sid, _ in pairs]
         )
@@ -436,7 +339,7 @@ class RedisStore:
         for (sid, inc), (live, *fields) in zip(pairs, replies, strict=True):
             if live is not None and live.decode() == inc and sid not in seen:
                 seen.add(sid)
-                out.append(self._session(sid, fields))
+                out.append(session_of(sid, fields))
         return out
 
     @_guarded
@@ -467,7 +370,7 @@ class RedisStore:
         reply = self._run("delete", self._keys.session(session_id), [cutoff, inc])
         if reply[0] == b"deleted":
             self._forget(session_id)
-            member = _member(session_id, reply[1].decode())
+            member = index_member(session_id, reply[1].decode())
             self._drop_index(member, reply[4])
             self._release(
                 (self._keys.event(i.decode("utf-8")), member) for i in [*reply[2], *reply[3]]
@@ -485,7 +388,7 @@ class RedisStore:
                 return deleted
             for member in members:
                 done.add(member)
-                pair = _split_member(member)
+                pair = split_member(member)
                 if pair is None:
                     self._client.zrem(self._keys.expiry, member)
                     continue
@@ -549,32 +452,12 @@ class RedisStore:
         (µs since the epoch).
         """
         now = time.time_ns() // 1000 if self._clock is utc_now else to_micros(self._clock())
-        args, required, invalid = self._batch_args(session_id, batch, now)
-        keys = self._keys.session(session_id)[:2]
-        idkeys = [] if self._cluster else [self._keys.event(e.id) for e in batch]
-        fixed = [len(batch), -1 if invalid else len(required)]
+        args, required, invalid = batch_args(batch, now)
+        tail = [len(batch), -1 if invalid else len(required), *args, *required]
         for _ in range(_ATTEMPTS):
-            if not self._cluster:
-                reply = self._run(
-                    "append",
-                    keys + idkeys,
-                    [expected, "", session_id, "1", *fixed, *args, *required],
-                )
-                if reply[0] == b"foreign":
-                    self._clear_claims(session_id, batch)
-                    continue
-            else:
-                inc = self._incarnation(session_id)
-                owner = _member(session_id, inc)
-                fresh = self._reserve(session_id, batch, owner)
-                reply = self._run(
-                    "append", keys, [expected, inc, session_id, "0", *fixed, *args, *required]
-                )
-                if reply[0] in (b"changed", b"nosession"):
-                    self._forget(session_id)  # a dead incarnation: its claims can go
-                    self._release((self._keys.event(i), owner) for i in fresh)
-                    if reply[0] == b"changed":
-                        continue
+            reply = self._attempt(session_id, batch, expected, tail)
+            if reply is None:
+                continue
             tag = reply[0]
             if tag == b"ok":
                 return int(reply[1]), int(reply[2]), now
@@ -592,49 +475,23 @@ class RedisStore:
             raise StoreError(f"unexpected reply from the append script: {reply[0]!r}")
         raise StoreError(f"session {session_id!r} kept changing during an append; retry")
 
-    def _batch_args(
-        self, session_id: str, batch: list[SessionEvent], now: int
-    ) -> tuple[list[Any], list[str], InvalidInput | None]:
-        """The script's arguments for `batch`: per event its id, kind, record and, for a
-        boundary, the ids it names; the ids the script must find as messages of the log; the
-        error a malformed boundary makes (the script reports versions and retries first)."""
-        invalid: InvalidInput | None = None
-        required: dict[str, None] = {}
-        if len(batch) > 1 or (batch and batch[0].type.name == "COMPACTION"):
-            try:
-                check_boundaries(batch, set)  # the format; the script checks the names
-            except InvalidInput as exc:
-                invalid = exc
-        args: list[Any] = []
-        for at, e in enumerate(batch):
-            stamp = now if e.timestamp is None else to_micros(e.timestamp)
-            record = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
-            record += b"\n" + encode_body(e)
-            if e.message is not None:
-                args += (e.id, "M", record, 0)
-            elif e.type.name != "COMPACTION":
-                args += (e.id, "E", record, 0)
-            elif invalid is not None:
-                args += (e.id, "C", record, 0)
-            else:
-                named = CompactionBoundary.from_event(e).view_event_ids
-                nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
-                required.update((i, None) for i in named if i not in nearby)
-                args += (e.id, "C", record, len(named), *named)
-        return args, list(required), invalid
+    def _attempt(
+        self, session_id: str, batch: list[SessionEvent], expected: int, tail: list[Any]
+    ) -> Any:
+        """Run the append script once, the batch's event-id keys among its keys.
 
-    # -- event-id claims on a cluster ---------------------------------------------------------
+        Returns the script's reply, or None to run it again (claims of dead incarnations were
+        released).
 
-    def _incarnation(self, session_id: str) -> str:
-        with self._incs_lock:
-            inc = self._incs.get(session_id)
-        if inc is None:
-            raw = self._client.hget(self._keys.session(session_id)[0], "inc")
-            if raw is None:
-                raise SessionNotFound(session_id)
-            inc = raw.decode()
-            self._remember(session_id, inc)
-        return inc
+        Raises:
+            InvalidInput: an id is claimed by another live session.
+        """
+        keys = self._keys.session(session_id)[:2] + [self._keys.event(e.id) for e in batch]
+        reply = self._run("append", keys, [expected, "", session_id, "1", *tail])
+        if reply[0] == b"foreign":
+            self._clear_claims(session_id, batch)
+            return None
+        return reply
 
     def _remember(self, session_id: str, inc: str) -> None:
         with self._incs_lock:
@@ -646,65 +503,8 @@ class RedisStore:
         with self._incs_lock:
             self._incs.pop(session_id, None)
 
-    def _reserve(self, session_id: str, batch: list[SessionEvent], owner: bytes) -> list[str]:
-        """Claim each event id for this incarnation (SET NX); returns the ids claimed now.
-
-        A claim of a live session (its incarnation still exists) is respected; a claim of a
-        dead incarnation is released and taken.
-
-        Raises:
-            InvalidInput: an id is claimed by another live session.
-        """
-        fresh: list[str] = []
-        todo = [e.id for e in batch]
-        for _ in range(_ATTEMPTS):
-            if len(todo) == 1:  # the common case: one message, one command
-                replies = [self._client.set(self._keys.event(todo[0]), owner, nx=True, get=True)]
-            else:
-                replies = self._pipeline(
-                    [("SET", self._keys.event(i), owner, "NX", "GET") for i in todo], get=True
-                )
-            again: list[str] = []
-            dead: list[tuple[str, bytes]] = []
-            for event_id, old in zip(todo, replies, strict=True):
-                if old is None:
-                    fresh.append(event_id)
-                elif old != owner:
-                    if self._live(old):
-                        self._park(session_id, fresh)
-                        raise InvalidInput(
-                            f"event id {event_id!r} belongs to another session; ids are unique "
-                            "across sessions"
-                        )
-                    dead.append((self._keys.event(event_id), old))
-                    again.append(event_id)
-            if not again:
-                return fresh
-            self._release(dead)
-            todo = again
-        raise StoreError("event ids kept changing hands while they were being claimed; retry")
-
-    def _park(self, session_id: str, fresh: list[str]) -> None:
-        """Record this attempt's claims in the session, so that deleting it frees them: the
-        append script does that when it refuses a batch (r = -1), before writing anything."""
-        if fresh:
-            inc = self._incarnation(session_id)
-            self._run(
-                "append",
-                self._keys.session(session_id)[:2],
-                [
-                    -1,
-                    inc,
-                    session_id,
-                    "0",
-                    len(fresh),
-                    -1,
-                    *(x for i in fresh for x in (i, "E", b"", 0)),
-                ],
-            )
-
     def _live(self, owner: bytes) -> bool:
-        pair = _split_member(owner)
+        pair = split_member(owner)
         if pair is None:
             return False
         inc = self._client.hget(self._keys.session(pair[0])[0], "inc")
@@ -734,52 +534,6 @@ class RedisStore:
                 )
         self._release(dead)
 
-    # -- reads --------------------------------------------------------------------------------
-
-    def _split(
-        self, session_id: str, seq: int, record: bytes | None
-    ) -> tuple[tuple[str, str, int, int], bytes]:
-        if record is None:
-            raise CorruptData(
-                f"event seq {seq} of session {session_id!r} is missing: the data is damaged; "
-                "other sessions are unaffected"
-            )
-        head, _, body = record.partition(b"\n")
-        try:
-            return _header_decoder.decode(head), body
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptData(
-                f"event seq {seq} of session {session_id!r} cannot be read: {exc}. The record "
-                "is damaged; other sessions are unaffected. Restore it from a backup."
-            ) from exc
-
-    def _event(
-        self, session_id: str, seq: int, head: tuple[str, str, int, int], body: bytes
-    ) -> SessionEvent:
-        return decode_event(
-            event_id=head[0],
-            session_id=session_id,
-            seq=seq,
-            type_name=head[1],
-            timestamp_micros=head[2],
-            synthetic=bool(head[3]),
-            body=body,
-        )
-
-    def _decode(self, session_id: str, seq: int, record: bytes | None) -> SessionEvent:
-        return self._event(session_id, seq, *self._split(session_id, seq, record))
-
-    def _messages(
-        self, session_id: str, first: int, records: Sequence[bytes | None]
-    ) -> list[SessionEvent]:
-        out = []
-        for seq, record in enumerate(records, start=first):
-            head, body = self._split(session_id, seq, record)
-            if head[1] == "MESSAGE":
-                out.append(self._event(session_id, seq, head, body))
-        return out
-
-    @_guarded
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
@@ -787,9 +541,9 @@ class RedisStore:
         names = None if flt.event_types is None else {t.name for t in flt.event_types}
         out = []
         for seq, record in enumerate(self._log(session_id, 1), start=1):
-            head, body = self._split(session_id, seq, record)
+            head, body = split_record(session_id, seq, record)
             if names is None or head[1] in names:
-                out.append(self._event(session_id, seq, head, body))
+                out.append(event_of(session_id, seq, head, body))
         return apply_filter(out, flt)
 
     def _log(self, session_id: str, first: int, last: int | None = None) -> list[bytes | None]:
@@ -827,7 +581,7 @@ class RedisStore:
         if ref is None:
             return None
         seq = int(ref[1:])
-        return self._decode(session_id, seq, self._log(session_id, seq, seq)[0])
+        return decode_record(session_id, seq, self._log(session_id, seq, seq)[0])
 
     @_guarded
     def version(self, session_id: str) -> int:
@@ -841,74 +595,13 @@ class RedisStore:
         reply = self._run("view", self._keys.session(session_id)[:1], [])
         if not reply:
             raise SessionNotFound(session_id)
-        version, boundary_seq, records = int(reply[0]), int(reply[1]), reply[3:]
-        if boundary_seq == 0:
-            return self._messages(session_id, 1, records)
-        named = [int(s) for s in reply[2].split(b",") if s]
-        before = {
-            seq: self._decode(session_id, seq, record)
-            for seq, record in zip(named, records, strict=False)
-        }
-        rest = records[len(named) :]
-        boundary = self._decode(session_id, boundary_seq, rest[0] if rest else None)
-        after = self._messages(session_id, boundary_seq + 1, rest[1:])
-        if len(rest) != version - boundary_seq + 1:
-            raise CorruptData(f"the view records of session {session_id!r} are incomplete")
-        return CompactionBoundary.project([*(before[s] for s in sorted(before)), boundary, *after])
+        return view_of(session_id, reply)
 
 
-class RedisClusterStore(RedisStore):
-    """Sessions in a Redis Cluster (7 or newer). Thread-safe.
+def __getattr__(name: str) -> Any:
+    # `from turnlog.stores.redis import RedisClusterStore` keeps working (it moved)
+    if name == "RedisClusterStore":
+        from turnlog.stores.redis_cluster import RedisClusterStore
 
-    A session's keys share one hash tag, so each session lives in one slot and its writes stay
-    atomic Lua scripts. Event ids live in other slots: they are claimed (SET NX) just before
-    the append and fenced by the session's incarnation, see docs/redis.md.
-
-    Args:
-        url_or_client: `redis+cluster://[user:password@]host:port,host:port,...` (any nodes of
-            the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster` client.
-        **kwargs: as for `RedisStore`.
-
-    Raises:
-        InvalidInput: a bad URL, prefix or client.
-        StoreError: no seed node answers (the client learns the cluster's layout at once).
-    """
-
-    _cluster = True
-
-    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
-        if isinstance(target, _RedisCluster):
-            if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
-                raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
-            return target, False, "Redis Cluster"
-        if not isinstance(target, str):
-            raise InvalidInput(
-                "RedisClusterStore takes a redis+cluster:// URL or a RedisCluster client, not "
-                f"{type(target).__name__}"
-            )
-        parts = urlsplit(target)
-        if parts.scheme not in ("redis+cluster", "rediss+cluster"):
-            raise InvalidInput(
-                f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
-            )
-        nodes = []
-        for seed in parts.netloc.rpartition("@")[2].split(","):
-            host, _, port = seed.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise InvalidInput(f"a cluster seed reads host:port, not {seed!r}")
-            nodes.append(ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
-        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-        where = "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
-        try:
-            client = _RedisCluster(
-                startup_nodes=nodes,
-                username=unquote(user) or None,
-                password=unquote(password) or None,
-                ssl=parts.scheme == "rediss+cluster",
-                retry=Retry(NoBackoff(), retries),
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-            )
-        except (RedisError, RedisClusterException) as exc:
-            raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc
-        return client, True, where
+        return RedisClusterStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,7 @@ SCHEMES = (
 _EXTRAS = {
     "turnlog.stores.postgres": "postgres",
     "turnlog.stores.redis": "redis",
+    "turnlog.stores.redis_cluster": "redis",
 }
 
 
@@ -89,7 +90,7 @@ def open_store(url: str, **options: Any) -> SessionStore:
         store = load_optional("turnlog.stores.redis", "RedisStore")(url, **options)
         return store
     if scheme in ("redis+cluster", "rediss+cluster"):
-        store = load_optional("turnlog.stores.redis", "RedisClusterStore")(url, **options)
+        store = load_optional("turnlog.stores.redis_cluster", "RedisClusterStore")(url, **options)
         return store
     raise InvalidInput(
         f"unknown store URL scheme {scheme!r} in {url!r}: use one of "

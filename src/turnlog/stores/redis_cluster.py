@@ -1,0 +1,179 @@
+"""`RedisClusterStore`: sessions in a Redis Cluster, and its event-id claims.
+
+A session's keys share one hash tag, so all of a session lives in one slot and its writes are
+`RedisStore`'s Lua scripts. Event-id claim keys (`<prefix>:id:<escaped id>`) hash to other slots,
+so no script can cover them with the session: the ids are claimed (`SET NX GET`) just before the
+append script, and fenced by the session's incarnation, which the script checks (docs/redis.md,
+"Event ids, unique across sessions").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from turnlog.errors import InvalidInput, SessionNotFound, StoreError
+from turnlog.events import SessionEvent
+from turnlog.stores.redis import _ATTEMPTS, RedisStore
+from turnlog.stores.redis_layout import index_member
+
+try:
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as _RedisCluster
+    from redis.exceptions import RedisClusterException, RedisError
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("RedisClusterStore needs redis-py: pip install 'turnlog[redis]'") from exc
+
+__all__ = ["RedisClusterStore"]
+
+
+class RedisClusterStore(RedisStore):
+    """Sessions in a Redis Cluster (7 or newer). Thread-safe.
+
+    A session's keys share one hash tag, so each session lives in one slot and its writes stay
+    atomic Lua scripts. Event ids live in other slots: they are claimed (SET NX) just before
+    the append and fenced by the session's incarnation, see docs/redis.md.
+
+    Args:
+        url_or_client: `redis+cluster://[user:password@]host:port,host:port,...` (any nodes of
+            the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster` client.
+        **kwargs: as for `RedisStore`.
+
+    Raises:
+        InvalidInput: a bad URL, prefix or client.
+        StoreError: no seed node answers (the client learns the cluster's layout at once).
+    """
+
+    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+        if isinstance(target, _RedisCluster):
+            if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+                raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
+            return target, False, "Redis Cluster"
+        if not isinstance(target, str):
+            raise InvalidInput(
+                "RedisClusterStore takes a redis+cluster:// URL or a RedisCluster client, not "
+                f"{type(target).__name__}"
+            )
+        parts = urlsplit(target)
+        if parts.scheme not in ("redis+cluster", "rediss+cluster"):
+            raise InvalidInput(
+                f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
+            )
+        nodes = []
+        for seed in parts.netloc.rpartition("@")[2].split(","):
+            host, _, port = seed.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidInput(f"a cluster seed reads host:port, not {seed!r}")
+            nodes.append(ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        where = "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
+        try:
+            client = _RedisCluster(
+                startup_nodes=nodes,
+                username=unquote(user) or None,
+                password=unquote(password) or None,
+                ssl=parts.scheme == "rediss+cluster",
+                retry=Retry(NoBackoff(), retries),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+            )
+        except (RedisError, RedisClusterException) as exc:
+            raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc
+        return client, True, where
+
+    def _attempt(
+        self, session_id: str, batch: list[SessionEvent], expected: int, tail: list[Any]
+    ) -> Any:
+        """Claim the batch's ids for the session's incarnation, then run the append script
+        fenced by that incarnation.
+
+        Returns the script's reply, or None to run it again (the incarnation was dead: its
+        claims are released).
+
+        Raises:
+            InvalidInput: an id is claimed by another live session.
+        """
+        inc = self._incarnation(session_id)
+        owner = index_member(session_id, inc)
+        fresh = self._reserve(session_id, batch, owner)
+        reply = self._run(
+            "append", self._keys.session(session_id)[:2], [expected, inc, session_id, "0", *tail]
+        )
+        if reply[0] in (b"changed", b"nosession"):
+            self._forget(session_id)  # a dead incarnation: its claims can go
+            self._release((self._keys.event(i), owner) for i in fresh)
+            if reply[0] == b"changed":
+                return None
+        return reply
+
+    # -- event-id claims ----------------------------------------------------------------------
+
+    def _incarnation(self, session_id: str) -> str:
+        with self._incs_lock:
+            inc = self._incs.get(session_id)
+        if inc is None:
+            raw = self._client.hget(self._keys.session(session_id)[0], "inc")
+            if raw is None:
+                raise SessionNotFound(session_id)
+            inc = raw.decode()
+            self._remember(session_id, inc)
+        return inc
+
+    def _reserve(self, session_id: str, batch: list[SessionEvent], owner: bytes) -> list[str]:
+        """Claim each event id for this incarnation (SET NX); returns the ids claimed now.
+
+        A claim of a live session (its incarnation still exists) is respected; a claim of a
+        dead incarnation is released and taken.
+
+        Raises:
+            InvalidInput: an id is claimed by another live session.
+        """
+        fresh: list[str] = []
+        todo = [e.id for e in batch]
+        for _ in range(_ATTEMPTS):
+            if len(todo) == 1:  # the common case: one message, one command
+                replies = [self._client.set(self._keys.event(todo[0]), owner, nx=True, get=True)]
+            else:
+                replies = self._pipeline(
+                    [("SET", self._keys.event(i), owner, "NX", "GET") for i in todo], get=True
+                )
+            again: list[str] = []
+            dead: list[tuple[str, bytes]] = []
+            for event_id, old in zip(todo, replies, strict=True):
+                if old is None:
+                    fresh.append(event_id)
+                elif old != owner:
+                    if self._live(old):
+                        self._park(session_id, fresh)
+                        raise InvalidInput(
+                            f"event id {event_id!r} belongs to another session; ids are unique "
+                            "across sessions"
+                        )
+                    dead.append((self._keys.event(event_id), old))
+                    again.append(event_id)
+            if not again:
+                return fresh
+            self._release(dead)
+            todo = again
+        raise StoreError("event ids kept changing hands while they were being claimed; retry")
+
+    def _park(self, session_id: str, fresh: list[str]) -> None:
+        """Record this attempt's claims in the session, so that deleting it frees them: the
+        append script does that when it refuses a batch (r = -1), before writing anything."""
+        if fresh:
+            inc = self._incarnation(session_id)
+            self._run(
+                "append",
+                self._keys.session(session_id)[:2],
+                [
+                    -1,
+                    inc,
+                    session_id,
+                    "0",
+                    len(fresh),
+                    -1,
+                    *(x for i in fresh for x in (i, "E", b"", 0)),
+                ],
+            )

@@ -1,0 +1,269 @@
+"""How `RedisStore` and `RedisClusterStore` lay sessions out in Redis: the key names, the index
+members, the records and the arguments of the append script (docs/redis.md, "Key layout").
+
+Shared by both stores (`redis.py`, `redis_cluster.py`); nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import quote
+
+import msgspec
+
+from turnlog.codec import decode_event, encode_body, from_micros, load_json, to_micros
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import CorruptData, InvalidInput
+from turnlog.events import Session, SessionEvent
+from turnlog.stores.base import check_boundaries
+
+__all__ = [
+    "SCRIPTS",
+    "Keys",
+    "batch_args",
+    "decode_record",
+    "event_of",
+    "index_member",
+    "messages_of",
+    "session_of",
+    "split_member",
+    "split_record",
+    "view_of",
+]
+
+_INDEXED_LENGTH: Final = 512  # longer metadata (name + value) is searched by a scan
+_header_encoder: Final = msgspec.json.Encoder()
+_header_decoder: Final = msgspec.json.Decoder(tuple[str, str, int, int])
+
+
+def _load_scripts() -> dict[str, str]:
+    text = resources.files("turnlog.stores").joinpath("redis_scripts.lua").read_text("utf-8")
+    scripts: dict[str, str] = {}
+    for part in text.split("\n--! ")[1:]:
+        name, _, body = part.partition("\n")
+        scripts[name.strip()] = body
+    return scripts
+
+
+SCRIPTS: Final = _load_scripts()
+"""The Lua scripts by name (redis_scripts.lua)."""
+
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_.~-]+")
+
+
+def _escape(text: str) -> str:
+    """`quote(text, safe="")`: only ASCII letters, digits and `_.-~` stay (checked first,
+    because most ids are plain already)."""
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
+class Keys:
+    """Key names. Ids are percent-escaped (`quote(id, safe="")`), which leaves no `{`, `}`, `:`
+    or glob character in them: a session id can neither move its keys to another slot nor
+    produce another session's key names."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.created = f"{prefix}:{{:idx}}:c"  # ':' never survives escaping: no session has it
+        self.expiry = f"{prefix}:{{:idx}}:x"
+        self._sessions: dict[str, list[str]] = {}
+
+    def session(self, session_id: str) -> list[str]:
+        """The session hash (state, records, ids), its failed claims, its index keys: one tag."""
+        keys = self._sessions.get(session_id)
+        if keys is None:
+            base = f"{self.prefix}:{{{_escape(session_id)}}}:"
+            keys = [base + suffix for suffix in ("s", "r", "k")]
+            if len(self._sessions) >= 4096:
+                self._sessions.clear()
+            self._sessions[session_id] = keys
+        return keys
+
+    def event(self, event_id: str) -> str:
+        """The key of an event id's claim."""
+        return f"{self.prefix}:id:{_escape(event_id)}"
+
+    def indexes(self, metadata: Mapping[str, object], indexed: frozenset[str] | None) -> list[str]:
+        """The index sets a session with `metadata` belongs in (`indexed`: the names indexed,
+        None for all)."""
+        keys = []
+        for name, value in metadata.items():
+            if indexed is not None and name not in indexed:
+                continue
+            if isinstance(value, (str, int)):  # bool is an int
+                key = self.metadata(name, value)
+                if key is not None:
+                    keys.append(key)
+        return keys
+
+    def metadata(self, name: str, value: str | int | bool) -> str | None:
+        """The index set of `name` == `value` (type-exact), or None when it is too long."""
+        if isinstance(value, bool):
+            typed = "b1" if value else "b0"
+        elif isinstance(value, int):
+            typed = f"i{value}"
+        else:
+            typed = "s" + _escape(value)
+        if len(name) + len(typed) > _INDEXED_LENGTH:
+            return None
+        return f"{self.prefix}:m:{_escape(name)}:{typed}"
+
+
+def index_member(session_id: str, inc: str) -> bytes:
+    """An index member: the session id, NUL, its incarnation (ids hold no NUL)."""
+    return session_id.encode("utf-8") + b"\x00" + inc.encode("ascii")
+
+
+def split_member(data: bytes) -> tuple[str, str] | None:
+    """The session id and incarnation of an index member or claim; None when malformed."""
+    sid, sep, inc = data.partition(b"\x00")
+    try:
+        return (sid.decode("utf-8"), inc.decode("ascii")) if sep else None
+    except UnicodeDecodeError:
+        return None
+
+
+def session_of(session_id: str, fields: Sequence[bytes | None]) -> Session:
+    """The session whose `c`, `x` and `md` fields are `fields`.
+
+    Raises:
+        CorruptData: a field is missing or the metadata is not a JSON object.
+    """
+    created, expires, metadata = fields
+    if created is None or expires is None or metadata is None:
+        raise CorruptData(f"the record of session {session_id!r} is incomplete")
+    md = load_json(metadata, f"the metadata of session {session_id!r}")
+    if not isinstance(md, dict):
+        raise CorruptData(f"the metadata of session {session_id!r} is not a JSON object")
+    return Session(
+        id=session_id,
+        created_at=from_micros(int(created)),
+        expires_at=from_micros(int(expires)) if expires else None,
+        metadata=md,
+    )
+
+
+def batch_args(
+    batch: list[SessionEvent], now: int
+) -> tuple[list[Any], list[str], InvalidInput | None]:
+    """The append script's arguments for `batch`.
+
+    Returns:
+        Per event its id, kind, record and, for a boundary, the ids it names; the ids the
+        script must find as messages of the log; the error a malformed boundary makes (the
+        script reports versions and retries first).
+    """
+    invalid: InvalidInput | None = None
+    required: dict[str, None] = {}
+    if len(batch) > 1 or (batch and batch[0].type.name == "COMPACTION"):
+        try:
+            check_boundaries(batch, set)  # the format; the script checks the names
+        except InvalidInput as exc:
+            invalid = exc
+    args: list[Any] = []
+    for at, e in enumerate(batch):
+        stamp = now if e.timestamp is None else to_micros(e.timestamp)
+        record = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
+        record += b"\n" + encode_body(e)
+        if e.message is not None:
+            args += (e.id, "M", record, 0)
+        elif e.type.name != "COMPACTION":
+            args += (e.id, "E", record, 0)
+        elif invalid is not None:
+            args += (e.id, "C", record, 0)
+        else:
+            named = CompactionBoundary.from_event(e).view_event_ids
+            nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
+            required.update((i, None) for i in named if i not in nearby)
+            args += (e.id, "C", record, len(named), *named)
+    return args, list(required), invalid
+
+
+def split_record(
+    session_id: str, seq: int, record: bytes | None
+) -> tuple[tuple[str, str, int, int], bytes]:
+    """A record's header `(id, type, timestamp µs, synthetic)` and its body.
+
+    Raises:
+        CorruptData: the record is missing or its header cannot be read.
+    """
+    if record is None:
+        raise CorruptData(
+            f"event seq {seq} of session {session_id!r} is missing: the data is damaged; "
+            "other sessions are unaffected"
+        )
+    head, _, body = record.partition(b"\n")
+    try:
+        return _header_decoder.decode(head), body
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptData(
+            f"event seq {seq} of session {session_id!r} cannot be read: {exc}. The record "
+            "is damaged; other sessions are unaffected. Restore it from a backup."
+        ) from exc
+
+
+def event_of(
+    session_id: str, seq: int, head: tuple[str, str, int, int], body: bytes
+) -> SessionEvent:
+    """The event a record's header and body make.
+
+    Raises:
+        CorruptData: the body cannot be decoded.
+    """
+    return decode_event(
+        event_id=head[0],
+        session_id=session_id,
+        seq=seq,
+        type_name=head[1],
+        timestamp_micros=head[2],
+        synthetic=bool(head[3]),
+        body=body,
+    )
+
+
+def decode_record(session_id: str, seq: int, record: bytes | None) -> SessionEvent:
+    """The event a stored record holds.
+
+    Raises:
+        CorruptData: the record is missing or damaged.
+    """
+    return event_of(session_id, seq, *split_record(session_id, seq, record))
+
+
+def messages_of(session_id: str, first: int, records: Sequence[bytes | None]) -> list[SessionEvent]:
+    """The message events among consecutive records starting at seq `first`.
+
+    Raises:
+        CorruptData: a record is missing or damaged.
+    """
+    out = []
+    for seq, record in enumerate(records, start=first):
+        head, body = split_record(session_id, seq, record)
+        if head[1] == "MESSAGE":
+            out.append(event_of(session_id, seq, head, body))
+    return out
+
+
+def view_of(session_id: str, reply: Sequence[Any]) -> list[SessionEvent]:
+    """The active view from the `view` script's reply.
+
+    Raises:
+        CorruptData: a record is missing or damaged.
+    """
+    version, boundary_seq, records = int(reply[0]), int(reply[1]), reply[3:]
+    if boundary_seq == 0:
+        return messages_of(session_id, 1, records)
+    named = [int(s) for s in reply[2].split(b",") if s]
+    before = {
+        seq: decode_record(session_id, seq, record)
+        for seq, record in zip(named, records, strict=False)
+    }
+    rest = records[len(named) :]
+    boundary = decode_record(session_id, boundary_seq, rest[0] if rest else None)
+    after = messages_of(session_id, boundary_seq + 1, rest[1:])
+    if len(rest) != version - boundary_seq + 1:
+        raise CorruptData(f"the view records of session {session_id!r} are incomplete")
+    return CompactionBoundary.project([*(before[s] for s in sorted(before)), boundary, *after])
