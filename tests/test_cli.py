@@ -73,7 +73,10 @@ def test_demo_prints_log_boundaries_view_and_tokens_saved(db, capsys):
     assert out.count("the boundary estimates") == 4
     assert "covered" in out and "preserved" in out and "pinned" in out
     assert "summary    assistant" in out  # the summary turn is in the log and the view
-    assert "turnlog sessions" in out and "turnlog show demo-summary --log" in out
+    # the demo names the file it used, and its "try next" commands repeat the --db it was given
+    assert f"The four sessions are in {db}. Try next:" in out
+    assert f"turnlog --db {db} sessions" in out
+    assert f"turnlog --db {db} show demo-summary --log" in out
     # the numbers printed are the boundary's
     with service(db) as svc:
         for session_id in DEMO_SESSIONS:

@@ -73,6 +73,8 @@ def turn(sid, n):
 
 
 class TestPostgresStore(StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     partitions = None
 
     @pytest.fixture(autouse=True)
@@ -274,6 +276,27 @@ HOSTILE = [
     "_",
     "日本語 🌦",
 ]
+
+
+@pytest.mark.parametrize(
+    "bad", [0, -1, float("nan"), float("inf"), "10", True, None, timedelta(days=2)]
+)
+def test_a_connect_timeout_that_is_not_a_duration_is_refused_before_connecting(bad):
+    # Issue 7 item 10: seconds or a timedelta, positive and finite, as every duration.
+    with pytest.raises(InvalidInput, match="connect_timeout"):
+        PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=bad)
+
+
+def test_connect_timeout_takes_a_timedelta(postgres_dsn, pg_schema):
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
+        PostgresStore(
+            "postgresql://postgres@127.0.0.1:1/test", connect_timeout=timedelta(seconds=2)
+        )
+    assert time.monotonic() - started < 6
+    with PostgresStore(postgres_dsn, schema=pg_schema, connect_timeout=timedelta(seconds=5)) as s:
+        s.create_session(Session("a", T0))
+        assert s.version("a") == 0
 
 
 def test_hostile_session_ids_reach_only_their_own_rows(store):
@@ -510,6 +533,42 @@ def test_an_append_racing_a_delete_leaves_no_orphans(store, postgres_dsn, pg_sch
         assert count == (0,), table
 
 
+@pytest.mark.parametrize("version", [0, 2])
+def test_a_version_checked_append_begun_during_a_delete_finds_no_session(
+    store, postgres_dsn, pg_schema, admin, version
+):
+    # Issue 7 item 1: the one-statement fast path (one event, an expected version) took its
+    # snapshot before a delete committed and made its check after, so it wrote into the deleted
+    # session and a session made again with the same id started at the old version.
+    store.create_session(Session("a", T0))
+    if version:
+        store.append_events("a", turn("a", 1), 0)
+    outcome = []
+
+    def append():
+        event = SessionEvent.for_message("a", Message.user("late"), event_id="late")
+        try:
+            outcome.append(store.append_events("a", [event], version))
+        except Exception as exc:
+            outcome.append(type(exc).__name__)
+
+    writer = threading.Thread(target=append)
+    with psycopg.connect(postgres_dsn, autocommit=True) as deleter, deleter.transaction():
+        # The delete has done its work but not committed: the append starts now, and waits.
+        assert deleter.execute(q("SELECT {s}.delete_session('a')", pg_schema)).fetchone() == (1,)
+        writer.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+    writer.join(10)
+    assert outcome == ["SessionNotFound"]
+    for table in ("events", "session_index"):
+        count = admin.execute(q(f"SELECT count(*) FROM {{s}}.{table}", pg_schema)).fetchone()
+        assert count == (0,), table
+    store.create_session(Session("a", T0))
+    assert store.version("a") == 0
+    assert store.events("a") == []
+    assert store.view("a") == []
+
+
 def test_a_delete_waits_for_an_append_in_flight_and_removes_its_events(
     store, postgres_dsn, pg_schema, admin
 ):
@@ -575,3 +634,69 @@ def test_appends_at_the_end_from_many_threads_all_land_in_order(store):
     for w in range(6):
         mine = [e.id for e in log if e.id.startswith(f"{w}-") and not e.id.endswith("-v")]
         assert mine == [f"{w}-{i}" for i in range(60)]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("created_at", "infinity"),
+        ("created_at", "20000-01-01 00:00:00+00"),
+        ("expires_at", "-infinity"),
+        ("expires_at", "0001-01-01 00:00:00+00 BC"),
+        ("metadata", "[1, 2]"),
+    ],
+)
+def test_a_damaged_session_row_is_corrupt_data(store, admin, pg_schema, column, value):
+    store.create_session(Session("a", T0))
+    store.create_session(Session("b", T0))
+    cast = "jsonb" if column == "metadata" else "timestamptz"
+    admin.execute(
+        q(f"UPDATE {{s}}.sessions SET {column} = %s::{cast} WHERE id = 'a'", pg_schema), (value,)
+    )
+    with pytest.raises(CorruptData):
+        store.find_session("a")
+    with pytest.raises(CorruptData):
+        store.list_sessions()
+    assert store.find_session("b") == Session("b", T0)
+
+
+@pytest.mark.parametrize("micros", [2**63 - 1, -(2**63)])
+def test_a_damaged_event_timestamp_is_corrupt_data(store, admin, pg_schema, micros):
+    store.create_session(Session("s", T0))
+    store.append_events("s", turn("s", 1), 0)
+    admin.execute(q('UPDATE {s}.events SET "timestamp" = %s WHERE seq = 2', pg_schema), (micros,))
+    for read in (store.events, store.view):
+        with pytest.raises(CorruptData, match=r"seq 2 .* session 's'"):
+            read("s")
+
+
+def test_a_delete_never_deadlocks_with_a_compaction_in_flight(
+    store, postgres_dsn, pg_schema, admin
+):
+    # A batch holding a boundary (a compaction) takes the session's advisory lock shared, inserts,
+    # then updates the session row's boundary pointer. A delete that deleted the row first and
+    # then waited for the advisory lock made a cycle: PostgreSQL broke it after deadlock_timeout
+    # by failing the delete. Deletes take the advisory lock before they touch the row.
+    store.create_session(Session("a", T0))
+    store.append_events("a", turn("a", 1), 0)
+    outcome = []
+
+    def delete():
+        try:
+            outcome.append(store.delete_session("a"))
+        except Exception as exc:
+            outcome.append(exc)
+
+    deleter = threading.Thread(target=delete)
+    with psycopg.connect(postgres_dsn, autocommit=True) as writer, writer.transaction():
+        writer.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, hashtext('a'))", (lock_class(pg_schema),)
+        )
+        deleter.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+        started = time.monotonic()
+        writer.execute(q("UPDATE {s}.sessions SET boundary_seq = 2 WHERE id = 'a'", pg_schema))
+        assert time.monotonic() - started < 0.5, "the compaction waited for the delete"
+    deleter.join(10)
+    assert outcome == [True]
+    assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)

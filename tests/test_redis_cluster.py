@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from redis_cluster import RedisCluster, ServerUnavailable, binaries, free_ports, skip_or_fail
+from redis_cluster import free_ports
 from test_redis_store import RedisChecks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
 from turnlog.stores.redis import RedisStore
@@ -22,13 +22,8 @@ from turnlog.testing import StoreContract
 
 
 @pytest.fixture(scope="module")
-def cluster_url():
-    try:
-        binaries()
-    except ServerUnavailable as exc:
-        skip_or_fail(str(exc))
-    with RedisCluster.start() as cluster:
-        yield cluster.url
+def cluster_url(redis_cluster_url):
+    return redis_cluster_url
 
 
 class _OnCluster:
@@ -41,6 +36,8 @@ class _OnCluster:
 
 
 class TestRedisClusterStore(_OnCluster, StoreContract):
+    property_examples = 50  # the validation property test, on a server
+
     def make_store(self, tmp_path):
         return RedisClusterStore(self.url, prefix=self.prefix)
 
@@ -50,7 +47,7 @@ class TestRedisClusterStore(_OnCluster, StoreContract):
 
 class TestRedisClusterChecks(_OnCluster, RedisChecks):
     def new_store(self, **kw):
-        return RedisClusterStore(self.url, prefix=self.prefix, **kw)
+        return RedisClusterStore(self.url, **{"prefix": self.prefix, **kw})
 
 
 class TestClusterOnly(_OnCluster):
@@ -113,6 +110,7 @@ class TestClusterOnly(_OnCluster):
                 borrowed.create_session(Session("a", datetime.now(UTC)))
             assert owner.find_session("a") is not None  # the borrowed store left it open
 
+    @pytest.mark.slow
     def test_connections_killed_mid_write_lose_and_double_nothing(self, store):
         """CLIENT KILL of every client on the session's node while a large batch is in flight.
         A kill during the claims is retried by redis-py's cluster pipeline (claims are

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from redis_cluster import RedisCluster, ServerUnavailable, binaries, skip_or_fail
 from test_redis_store import purge
 from turnlog import (
     CompactionBoundary,
@@ -156,13 +155,8 @@ def append_batch(kind, url, prefix, sid, round_, ready):
 
 
 @pytest.fixture(scope="module")
-def cluster_url():
-    try:
-        binaries()
-    except ServerUnavailable as exc:
-        skip_or_fail(str(exc))
-    with RedisCluster.start() as cluster:
-        yield cluster.url
+def cluster_url(redis_cluster_url):
+    return redis_cluster_url
 
 
 @pytest.fixture(params=["redis", "cluster"])

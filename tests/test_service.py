@@ -17,6 +17,7 @@ from turnlog import (
     SqliteStore,
     ToolCall,
     ToolResult,
+    TurnCountTrigger,
     WindowCompactionStrategy,
 )
 from turnlog.testing import FakeClock
@@ -68,10 +69,44 @@ def test_ttl_and_delete_expired_follow_the_clock(clock_and_service):
     assert {s.id for s in service.sessions()} == {"long", "forever"}
 
 
-@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1), 5])
+def test_a_ttl_is_a_timedelta_or_seconds(clock_and_service):
+    # Issue 7 item 10: every duration takes seconds or a timedelta (the tool-search TTL did).
+    clock, service = clock_and_service
+    made = service.create("int", ttl=60)
+    assert made.expires_at == made.created_at + timedelta(minutes=1)
+    assert service.get("int").expires_at == made.expires_at
+    half = service.get_or_create("float", ttl=1.5)
+    assert half.expires_at == half.created_at + timedelta(seconds=1.5)
+    assert service.create("td", ttl=timedelta(seconds=60)).expires_at == made.expires_at
+    clock.advance(60)
+    assert service.delete_expired() == 3
+    assert service.sessions() == []
+
+
+@pytest.mark.parametrize(
+    "ttl",
+    [
+        timedelta(0),
+        timedelta(seconds=-1),
+        0,
+        -5,
+        0.0,
+        float("nan"),
+        float("inf"),
+        True,
+        "60",
+        [60],
+        10**30,
+        timedelta.max,
+        timedelta(days=3_000_000),
+    ],
+)
 def test_a_bad_ttl_is_refused(service, ttl):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="ttl"):
         service.create("s", ttl=ttl)
+    assert service.find("s") is None
+    with pytest.raises(InvalidInput, match="ttl"):
+        service.get_or_create("s", ttl=ttl)
     assert service.find("s") is None
 
 
@@ -208,3 +243,50 @@ def test_compact_gives_up_after_its_retries(service):
     assert service.version("s") == 6  # three racing appends, no boundary
     with pytest.raises(InvalidInput):
         service.compact("s", always_racing, strategy, retries=-1)
+
+
+# -- compact checks its trigger and strategy before it reads anything (issue 7 item 10) --------
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [5, None, ..., "always", TurnCountTrigger, lambda: True, lambda a, b: True],
+    ids=["int", "none", "ellipsis", "string", "class", "no-args", "two-args"],
+)
+def test_compact_refuses_a_trigger_it_could_not_call(service, trigger):
+    sid = service.create().id
+    service.append_message(sid, Message.user("hi"))
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    with pytest.raises(InvalidInput, match="trigger must be a function"):
+        service.compact(sid, trigger, strategy)
+    # Checked first: an unknown session is not even looked up.
+    with pytest.raises(InvalidInput, match="trigger"):
+        service.compact("no-such-session", trigger, strategy)
+    assert service.version(sid) == 1
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [5, None, "window", WindowCompactionStrategy, lambda request: None],
+    ids=["int", "none", "string", "class", "function"],
+)
+def test_compact_refuses_a_strategy_without_a_compact_method(service, strategy):
+    sid = service.create().id
+    service.append_message(sid, Message.user("hi"))
+    with pytest.raises(InvalidInput, match="strategy must be a compaction strategy"):
+        service.compact(sid, TurnCountTrigger(1), strategy)
+    with pytest.raises(InvalidInput, match="strategy"):
+        service.compact("no-such-session", TurnCountTrigger(1), strategy)
+    assert service.version(sid) == 1
+
+
+def test_compact_takes_a_plain_function_as_its_trigger(service):
+    sid = service.create().id
+    for n in range(3):
+        service.append_message(sid, Message.user(f"q{n}"))
+        service.append_message(sid, Message.assistant(f"a{n}"))
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    assert service.compact(sid, lambda request: False, strategy).unchanged
+    result = service.compact(sid, lambda request: len(request.view) > 2, strategy)
+    assert not result.unchanged
+    assert [e.message.text for e in service.view(sid)] == ["q2", "a2"]

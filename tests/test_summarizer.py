@@ -274,3 +274,99 @@ def test_a_blank_shadow_prompt_is_refused():
 
 def test_overlap_size_defaults_to_two():
     assert ChatModelSummarizer(ScriptedChatModel(["s"])).overlap_size == 2
+
+
+# -- arguments are checked when the summarizer is built (issue 7 item 10) ---------------------
+
+
+def test_a_plain_function_is_a_chat_model(service):
+    sid = service.create().id
+    add(service, sid, *turns(1, 2))
+    seen = []
+
+    def model(messages):
+        seen.append(list(messages))
+        return Message.assistant("A summary from a function.")
+
+    result = compact(service, sid, ChatModelSummarizer(model))
+
+    assert result.summary[-1] == Message.assistant("A summary from a function.")
+    assert [m.role for m in seen[0]] == ["system", "user"]
+    assert service.events(sid)[-1].message.text == "A summary from a function."
+
+
+def test_a_chat_model_object_is_asked_through_its_complete_method(service):
+    # An object with both complete() and __call__ is a ChatModel: complete() is what is asked.
+    class Both(ScriptedChatModel):
+        def __call__(self, messages):  # pragma: no cover - must not be called
+            raise AssertionError("__call__ was used instead of complete()")
+
+    sid = service.create().id
+    add(service, sid, *turns(1, 2))
+    model = Both(["from complete"])
+    compact(service, sid, ChatModelSummarizer(model))
+    assert len(model.calls) == 1
+    assert service.events(sid)[-1].message.text == "from complete"
+
+
+def _two_args(a, b):  # pragma: no cover - refused before it is called
+    return Message.assistant("x")
+
+
+@pytest.mark.parametrize(
+    "model",
+    [..., None, "gpt-4o", 42, ScriptedChatModel, _two_args, lambda: Message.assistant("x")],
+    ids=["ellipsis", "none", "string", "int", "class", "two-args", "no-args"],
+)
+def test_a_chat_model_that_cannot_be_asked_is_refused_when_built(model):
+    with pytest.raises(InvalidInput, match="chat_model"):
+        ChatModelSummarizer(model)
+
+
+def test_a_complete_method_that_cannot_take_the_messages_is_refused():
+    class Odd:
+        def complete(self):  # pragma: no cover - refused before it is called
+            return Message.assistant("x")
+
+    with pytest.raises(InvalidInput, match=r"chat_model\.complete"):
+        ChatModelSummarizer(Odd())
+
+
+@pytest.mark.parametrize("formatter", [..., "{text}", str.join, ChatModelSummarizer])
+def test_an_event_formatter_that_cannot_format_an_event_is_refused_when_built(formatter):
+    with pytest.raises(InvalidInput, match="event_formatter"):
+        ChatModelSummarizer(ScriptedChatModel(["s"]), event_formatter=formatter)
+
+
+@pytest.mark.parametrize("callback", [..., "log", _two_args])
+def test_an_on_failure_that_cannot_be_called_is_refused_when_built(callback):
+    with pytest.raises(InvalidInput, match="on_failure"):
+        ChatModelSummarizer(ScriptedChatModel(["s"]), on_failure=callback)
+
+
+@pytest.mark.parametrize("name", ["system_prompt", "shadow_prompt"])
+@pytest.mark.parametrize("prompt", [None, ..., 42, ["a prompt"]])
+def test_prompts_must_be_strings(name, prompt):
+    with pytest.raises(InvalidInput, match=name):
+        ChatModelSummarizer(ScriptedChatModel(["s"]), **{name: prompt})
+
+
+def test_a_reply_that_is_not_a_message_is_refused_and_nothing_is_written(service):
+    sid = service.create().id
+    add(service, sid, *turns(1, 2))
+    log = service.events(sid)
+    summarizer = ChatModelSummarizer(lambda messages: "a str, not a Message")
+    with pytest.raises(InvalidInput, match=r"returned str .*Message\.assistant"):
+        compact(service, sid, summarizer)
+    assert service.events(sid) == log
+
+
+@pytest.mark.parametrize("summarizer", [..., "summary", ChatModelSummarizer, _two_args])
+def test_a_window_strategy_refuses_a_summarizer_it_could_not_call(summarizer):
+    with pytest.raises(InvalidInput, match="summarizer"):
+        WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarizer)
+
+
+def test_a_scripted_chat_model_without_replies_is_invalid_input():
+    with pytest.raises(InvalidInput, match="at least one reply"):
+        ScriptedChatModel([])

@@ -104,11 +104,35 @@ def test_ttl_accepts_timedelta_and_seconds(clock):
 
 
 @pytest.mark.parametrize(
-    "bad", [0, -1, 0.0, timedelta(0), timedelta(seconds=-3), float("nan"), True, "60", None]
+    "bad",
+    [
+        0,
+        -1,
+        0.0,
+        timedelta(0),
+        timedelta(seconds=-3),
+        float("nan"),
+        float("inf"),  # accepted before, and then `.ttl` raised OverflowError
+        10**30,
+        True,
+        "60",
+        None,
+    ],
 )
 def test_a_bad_ttl_raises_invalid_input(bad):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="ttl"):
         TtlEvictionStrategy(bad)
+
+
+def test_the_ttl_takes_the_same_durations_as_a_session_ttl(clock):
+    # One rule for every duration in turnlog (issue 7 item 10): seconds or a timedelta.
+    assert TtlEvictionStrategy(60).ttl == timedelta(minutes=1)
+    ttl = TtlEvictionStrategy(timedelta(milliseconds=1500), clock=clock)
+    ttl.on_access("a")
+    clock.advance(1.4)
+    assert ttl.on_access("b") == set()
+    clock.advance(0.1)
+    assert ttl.on_access("b") == {"a"}
 
 
 def test_ttl_keeps_expiry_exact_when_sessions_are_touched_out_of_order(clock):

@@ -38,7 +38,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # the server stores load their drivers only when asked for
+    # The server stores load their drivers only when asked for. They stay out of __all__, so
+    # that `from turnlog import *` works on an install without their extras.
     if name in ("PostgresStore", "RedisStore", "RedisClusterStore"):
         from turnlog import stores
 
@@ -64,9 +65,6 @@ __all__ = [
     "MemoryStore",
     "Message",
     "O200kCounter",
-    "PostgresStore",
-    "RedisClusterStore",
-    "RedisStore",
     "Session",
     "SessionAlreadyExists",
     "SessionEvent",

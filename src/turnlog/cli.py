@@ -1,8 +1,11 @@
-"""The `turnlog` command: a thin shell over `SessionService` and a SQLite file.
+"""The `turnlog` command: a thin shell over `SessionService` and any store.
 
 Every command opens the service, calls its public methods and prints the result. Library errors
 become one line on stderr (`turnlog: error: ...`) and a non-zero exit: 2 for bad usage or bad
 input, 1 for everything else. Run `turnlog --help` for the commands.
+
+The store a command uses: `--store URL` or `--db PATH` when given (not both), else
+`$TURNLOG_STORE`, else `$TURNLOG_DB`, else `turnlog.db` in the working directory.
 """
 
 from __future__ import annotations
@@ -10,21 +13,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
-import shutil
 import sys
-import textwrap
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+from turnlog.cli_demo import cmd_demo
+from turnlog.cli_render import (
+    dumps,
+    event_json,
+    newest_boundary,
+    print_log,
+    print_result,
+    print_view,
+    statuses,
+    view_tokens,
+    visible,
+    when,
+)
 from turnlog.compaction import (
-    ChatModelSummarizer,
     CompactionBoundary,
     CompactionRequest,
-    CompactionResult,
     CompactionTrigger,
     CompactionWindow,
     CompositeCompactionTrigger,
@@ -34,352 +46,120 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
-from turnlog.events import EventType, Message, SessionEvent
-from turnlog.importers import read_conversations, sharegpt_messages
+from turnlog.events import SessionEvent, check_id
+from turnlog.importers import read_conversations
 from turnlog.service import SessionService
-from turnlog.stores.base import EventFilter
+from turnlog.stores.base import SessionStore
 from turnlog.stores.sqlite import SqliteStore
-from turnlog.stores.url import open_store
-from turnlog.testing.fakes import ScriptedChatModel
-from turnlog.text import event_text, message_text
-from turnlog.tokens import O200kCounter, default_counter, event_tokens
+from turnlog.stores.url import open_store, store_url
 
 __all__ = ["main"]
 
 Handler = Callable[[Any, argparse.Namespace], int]
 
-# -- rendering ---------------------------------------------------------------------------------
+CONNECT_TIMEOUT = 3.0
+"""Seconds the command waits for a PostgreSQL or Redis server, unless the URL says
+`?connect_timeout=`. The library's own default is longer."""
+
+# -- the store a command uses ------------------------------------------------------------------
 
 
-def _width() -> int:
-    return max(60, shutil.get_terminal_size((100, 24)).columns)
+@dataclass(frozen=True)
+class Target:
+    """The store a command uses, its name in messages, and the options that pick it again."""
+
+    name: str
+    """What messages call it: the file, or the URL without its password."""
+    again: tuple[str, ...]
+    """The command-line options that select it (empty when it came from the environment)."""
+    url: str | None = None
+    """The store URL, or None for the SQLite file `path`."""
+    path: Path | None = None
+    """The SQLite file, for a SQLite store (from --db, $TURNLOG_DB, or a sqlite:/// URL)."""
+    memory: bool = False
+    """A `memory://` store: nothing outlives the command."""
+    hidden_password: bool = False
+    """`again` repeats the URL without its password."""
+
+    def open(self) -> SessionStore:
+        """Open the store; a server gets `CONNECT_TIMEOUT` unless its URL sets one.
+
+        Raises:
+            InvalidInput: a bad URL. ImportError: the store's extra is missing.
+            StoreError: the store cannot be opened or reached.
+        """
+        if self.url is None:
+            assert self.path is not None
+            return SqliteStore(self.path)
+        kind, _, options = store_url(self.url)
+        if kind in ("postgresql", "redis", "redis+cluster") and "connect_timeout" not in options:
+            return open_store(self.url, connect_timeout=CONNECT_TIMEOUT)
+        return open_store(self.url)
 
 
-def _clip(text: str, room: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= room else flat[: max(1, room - 1)] + "…"
+def _without_password(url: str) -> tuple[str, bool]:
+    parts = urlsplit(url)
+    if not parts.password:
+        return url, False
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl(), True
 
 
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+def target(args: argparse.Namespace) -> Target:
+    """The store the command uses: an explicit option, else the environment, else the default.
 
-
-def _tokens(view: Sequence[SessionEvent]) -> int:
-    return event_tokens().total(sent_events(view))
-
-
-def _unit() -> str:
-    return "o200k tokens" if isinstance(default_counter(), O200kCounter) else "tokens (est.)"
-
-
-def _statuses(
-    events: Sequence[SessionEvent],
-    view: Sequence[SessionEvent],
-    boundary: CompactionBoundary | None,
-) -> dict[str, str]:
-    """Each message event's place: pinned, summary, preserved, new, view, superseded, covered."""
-    in_view = {e.id for e in view}
-    sent = {e.id for e in sent_events(view)}
-    parts: dict[str, str] = {}
-    if boundary is not None:
-        for name, ids in (
-            ("pinned", boundary.pinned_event_ids),
-            ("summary", boundary.summary_event_ids),
-            ("preserved", boundary.preserved_event_ids),
-        ):
-            parts.update((i, name) for i in ids)
-    out = {}
-    for e in events:
-        if e.message is None:
-            continue
-        if e.id not in in_view:
-            out[e.id] = "covered"
-        elif e.id not in sent:
-            out[e.id] = "superseded"
-        else:
-            out[e.id] = parts.get(e.id, "new" if boundary else "view")
-    return out
-
-
-def _boundary_text(b: CompactionBoundary) -> str:
-    return (
-        f"{b.strategy}: pinned {len(b.pinned_event_ids)}, summary {len(b.summary_event_ids)}, "
-        f"preserved {len(b.preserved_event_ids)}, covered {b.covered_event_count}; "
-        f"~{b.tokens_estimated_saved:,} tokens saved"
-    )
-
-
-def _rows(
-    events: Sequence[SessionEvent], statuses: dict[str, str], *, fold: bool = False
-) -> list[str]:
-    """One line per event: seq, status, role (or type), text. A boundary wraps onto two lines;
-    with `fold`, a run of covered events is one line."""
-    width = _width() - 2
-    lines = [f"{'seq':>5}  {'status':<10} {'role':<9}  text"]
-    at = 0
-    while at < len(events):
-        e = events[at]
-        seq = f"{e.seq if e.seq is not None else '-':>5}"
-        run = 1
-        while fold and at + run < len(events) and statuses.get(events[at + run].id) == "covered":
-            run += 1
-        if fold and run > 2 and statuses.get(e.id) == "covered":
-            span = f"{e.seq}-{events[at + run - 1].seq}"
-            lines.append(f"{span:>5}  {'covered':<10} {'':<9}  {run} events, still in the log")
-            at += run
-            continue
-        if e.type == EventType.COMPACTION:
-            head = f"{seq}  {'BOUNDARY':<10} {'':<9}  "
-            text = _boundary_text(CompactionBoundary.from_event(e))
-            wrapped = textwrap.wrap(text, max(20, width - len(head)))
-            lines += [(head if i == 0 else " " * len(head)) + w for i, w in enumerate(wrapped)]
-        elif e.message is None:
-            head = f"{seq}  {'-':<10} {e.type.name:<9}  "
-            lines.append(head + _clip(json.dumps(e.payload, ensure_ascii=False), width - len(head)))
-        else:
-            head = f"{seq}  {statuses.get(e.id, ''):<10} {e.role or '':<9}  "
-            lines.append(head + _clip(event_text(e), width - len(head)))
-        at += 1
-    return lines
-
-
-def _event_json(e: SessionEvent, status: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "seq": e.seq,
-        "id": e.id,
-        "type": e.type.name,
-        "status": status,
-        "timestamp": None if e.timestamp is None else e.timestamp.isoformat(),
-        "synthetic": e.synthetic,
-        "text": event_text(e),
-    }
-    if e.message is None:
-        out["payload"] = e.payload
-        return out
-    m = e.message
-    out["message"] = {
-        "role": m.role,
-        "text": m.text,
-        "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
-        ],
-        "tool_results": [
-            {"call_id": r.call_id, "name": r.name, "content": r.content} for r in m.tool_results
-        ],
-        "metadata": dict(m.metadata),
-    }
-    return out
-
-
-def _newest_boundary(svc: SessionService, session_id: str) -> CompactionBoundary | None:
-    """The boundary in force, reading only the session's COMPACTION events."""
-    only = EventFilter(event_types=[EventType.COMPACTION])
-    return CompactionBoundary.newest(svc.events(session_id, only))
-
-
-def _print_log(svc: SessionService, session_id: str, *, fold: bool = False) -> None:
-    log = svc.events(session_id)
-    statuses = _statuses(log, svc.view(session_id), CompactionBoundary.newest(log))
-    print(f"log of {session_id}: {len(log)} events; covered ones left the view, not the log")
-    print("\n".join("  " + line for line in _rows(log, statuses, fold=fold)))
-
-
-def _print_view(svc: SessionService, session_id: str) -> None:
-    view = svc.view(session_id)
-    statuses = _statuses(view, view, _newest_boundary(svc, session_id))
-    sent = len(sent_events(view))
-    print(f"view of {session_id}: {sent} messages sent to the model, {_tokens(view):,} {_unit()}")
-    print("\n".join("  " + line for line in _rows(view, statuses)))
-
-
-def _print_result(result: CompactionResult, before: int, after: int) -> None:
-    if result.unchanged:
-        return
-    print(
-        f"covered {len(result.covered_events)} events; pinned {len(result.pinned_events)}, "
-        f"summary {len(result.summary_events)}, preserved {len(result.preserved_events)}"
-    )
-    print(
-        f"{_unit()} sent: {before:,} before -> {after:,} after ({before - after:,} fewer)\n"
-        f"the boundary estimates {result.tokens_estimated_saved:,} tokens saved"
-    )
-
-
-# -- the demo ----------------------------------------------------------------------------------
-
-
-_DEMO_SCRIPT = """
-system        You are Ops Copilot, the on-call assistant of the Acme platform team. Inspect
-              services with the tools before answering. Never roll back or restart anything
-              without the user's go-ahead. Be brief.
-human         Checkout is throwing 502s since about 14:10 UTC. Can you take a look?
-function_call [{"name": "get_service_status", "arguments": {"service": "checkout-api"}},
-               {"name": "list_deploys", "arguments": {"service": "checkout-api", "limit": 2}}]
-observation   {"healthy_pods": 3, "pods": 8, "error_rate_5m": 0.21, "p99_ms": 4810}
-observation   [{"version": "v2.31.0", "at": "14:06Z", "author": "mlopez",
-                "change": "payment client: one shared connection pool"},
-               {"version": "v2.30.2", "at": "Mar 10 09:12Z", "author": "jkim",
-                "change": "bump dependencies"}]
-gpt           checkout-api is degraded: 3 of 8 pods healthy, 21% errors, p99 4.8 s. v2.31.0
-              shipped at 14:06, four minutes before the 502s, and it changed how the payment
-              client holds connections. I'll check the error logs next.
-human         Yes, look at the logs.
-function_call {"name": "search_logs", "arguments": {"service": "checkout-api", "level": "error",
-               "since": "14:00Z", "limit": 3}}
-observation   14:09:58 ERROR payment-client: pool exhausted (max=10, waiting=57)
-              | 14:10:02 ERROR upstream timeout after 3000ms POST /v1/charges
-              | 14:10:02 WARN returning 502 to caller (payment step failed)
-gpt           The errors come from the payment client's connection pool: 10 connections, 57
-              requests waiting, then 3 s timeouts on POST /v1/charges, which surface as 502s.
-human         Could it be PayLane's side though?
-function_call {"name": "get_status_page", "arguments": {"provider": "paylane"}}
-observation   {"provider": "paylane", "status": "operational", "incidents": []}
-gpt           PayLane reports all systems operational and no incidents: the problem is ours.
-human         What changed in the pool config with v2.31.0?
-function_call {"name": "get_config_diff",
-               "arguments": {"service": "checkout-api", "base": "v2.30.2", "head": "v2.31.0"}}
-observation   {"payment.pool.max_size": [null, 10], "payment.pool.acquire_ms": [null, 3000]}
-gpt           Before v2.31.0 every request opened its own payment client. v2.31.0 adds a shared
-              pool capped at 10 connections, with a 3 s acquire timeout.
-human         How much traffic are we taking right now?
-function_call {"name": "get_metric", "arguments": {"service": "checkout-api",
-               "metric": "requests_per_second", "window": "15m"}}
-observation   {"avg": 1420, "max": 1630, "per_pod_avg": 178}
-gpt           About 1,420 req/s (peak 1,630), ~178 per pod: far more than 10 connections serve.
-human         Options?
-gpt           1. Roll back to v2.30.2: about 3 minutes, restores per-request clients. 2. Raise
-              payment.pool.max_size to 100 by config: no deploy, but untested at this load. I'd
-              roll back now and size the pool properly in a follow-up.
-human         Agreed, roll back.
-function_call {"name": "rollback", "arguments": {"service": "checkout-api", "to": "v2.30.2",
-               "reason": "payment pool exhausted, 502s"}}
-observation   {"status": "started", "rollout": "ro-8841", "eta_s": 180}
-gpt           Rollback ro-8841 to v2.30.2 started; it should take about 3 minutes.
-human         Is it done? How does it look?
-function_call [{"name": "get_rollout", "arguments": {"id": "ro-8841"}},
-               {"name": "get_service_status", "arguments": {"service": "checkout-api"}}]
-observation   {"status": "complete", "version": "v2.30.2"}
-observation   {"healthy_pods": 8, "pods": 8, "error_rate_5m": 0.002, "p99_ms": 310}
-gpt           Done: v2.30.2 runs on 8 of 8 healthy pods, errors are down to 0.2%, p99 310 ms.
-human         Great. Draft a short incident note for #incidents.
-gpt           Checkout 502s, 14:10-14:35 UTC. Cause: v2.31.0 (14:06) moved the payment client to
-              a shared pool of 10 connections; at ~178 req/s per pod it ran dry and charges timed
-              out after 3 s. Impact: ~21% of checkouts failed for 25 minutes. Fix: rolled back to
-              v2.30.2 (ro-8841), recovered by 14:35. Follow-up: size the pool before re-shipping.
-human         Open a ticket for the follow-up and give it to mlopez.
-function_call {"name": "create_ticket", "arguments": {"title": "Size the payment pool before
-               re-shipping v2.31", "owner": "mlopez", "priority": "P2"}}
-observation   {"key": "OPS-1287", "owner": "mlopez", "priority": "P2"}
-gpt           Opened OPS-1287 for mlopez (P2): size the payment pool before re-shipping v2.31.
-"""
-
-
-def demo_conversation() -> list[Message]:
-    """An on-call engineer and an ops assistant chase checkout 502s: 10 turns, with tool calls.
-
-    The script above is a ShareGPT conversation, one turn per unindented line (indented lines
-    continue it), read by the same code as `turnlog import`.
+    Raises:
+        InvalidInput: both --db and --store, an empty value, or a bad URL.
     """
-    turns: list[dict[str, str]] = []
-    for line in _DEMO_SCRIPT.strip().splitlines():
-        if line[:1].isspace():
-            turns[-1]["value"] += " " + line.strip()
-        else:
-            who, _, value = line.partition(" ")
-            turns.append({"from": who, "value": value.strip()})
-    return sharegpt_messages("demo", {"conversations": turns})
-
-
-DEMO_SUMMARY = (
-    "The user, on call, reported HTTP 502s from checkout-api since ~14:10 UTC. Findings: 3 of 8 "
-    "pods healthy, 21% errors, p99 4.8 s; release v2.31.0 (mlopez, 14:06) replaced per-request "
-    "payment clients with a shared pool (max 10 connections, 3 s acquire timeout). Logs showed the "
-    "pool exhausted (57 waiting) and 3 s timeouts on POST /v1/charges; PayLane was operational, "
-    "so the cause is ours. Traffic is ~1,420 req/s, ~178 per pod. With the user's go-ahead the "
-    "assistant rolled back to v2.30.2 (rollout ro-8841): 8/8 pods healthy, 0.2% errors, p99 310 ms."
-)
-
-
-def _demo_cases() -> list[tuple[str, WindowCompactionStrategy, CompactionTrigger, str]]:
-    summarizer = ChatModelSummarizer(ScriptedChatModel([DEMO_SUMMARY]))
-    return [
-        ("demo-last-events", WindowCompactionStrategy(CompactionWindow.last_events(8)),
-         lambda request: True,
-         "keep the last 8 events. They would start inside turn 8 (at seq 30), so the cut moves "
-         "forward to the next turn start: a turn is never split, and 6 events stay"),
-        ("demo-last-turns", WindowCompactionStrategy(CompactionWindow.last_turns(3)),
-         TurnCountTrigger(6), "keep the last 3 turns, once the view holds more than 6 turns"),
-        ("demo-token-budget", WindowCompactionStrategy(CompactionWindow.token_budget(600)),
-         TokenCountTrigger(1000),
-         "keep the newest turns that fit 600 tokens (the system prompt's come off first), "
-         "once the view reaches 1000 tokens"),
-        ("demo-summary",
-         WindowCompactionStrategy(CompactionWindow.last_turns(2), summarizer=summarizer),
-         CompositeCompactionTrigger.any_of(TurnCountTrigger(8), TokenCountTrigger(4000)),
-         "keep the last 2 turns and summarize the rest (a scripted model writes the summary), "
-         "once the view holds more than 8 turns or 4000 tokens"),
-    ]  # fmt: skip
-
-
-def _cmd_demo(svc: SessionService, args: argparse.Namespace) -> int:
-    conversation = demo_conversation()
-    turns = sum(1 for m in conversation if m.role == "user")
-    calls = sum(len(m.tool_calls) for m in conversation)
-    intro = (
-        f"turnlog demo: an on-call engineer and an ops assistant chase checkout 502s "
-        f"({len(conversation)} messages: a system prompt, {turns} turns, {calls} tool calls). "
-        f"The conversation is stored in four sessions of {args.db}; each copy is compacted once "
-        "with a different window. A compaction never changes the log: it appends a boundary "
-        "that names the events the model sees from then on."
+    if args.db is not None and args.store is not None:
+        raise InvalidInput("pass --db PATH or --store URL, not both")
+    for option, value in (("--db", args.db), ("--store", args.store)):
+        if value is not None and not value.strip():
+            raise InvalidInput(f"{option} needs a value, not an empty string")
+    if args.db is not None:
+        return Target(name=args.db, again=("--db", args.db), path=Path(args.db))
+    url = args.store or os.environ.get("TURNLOG_STORE") or None
+    if url is None:
+        db = os.environ.get("TURNLOG_DB") or "turnlog.db"
+        return Target(name=db, again=(), path=Path(db))
+    kind, _, _ = store_url(url)
+    name, hidden = _without_password(url)
+    path = None
+    if kind == "path":
+        path = Path(url)
+    elif kind == "sqlite":
+        path = Path(unquote(urlsplit(url).path)[1:] or ".")
+    explicit = args.store is not None
+    return Target(
+        name=name,
+        again=("--store", name) if explicit else (),
+        url=url,
+        path=path,
+        memory=kind == "memory",
+        hidden_password=hidden and explicit,
     )
-    print(textwrap.fill(intro, _width()))
-    for n, (session_id, strategy, trigger, note) in enumerate(_demo_cases()):
-        svc.delete(session_id)
-        svc.create(session_id, metadata={"demo": True, "strategy": strategy.name})
-        events = [SessionEvent.for_message(session_id, m) for m in conversation]
-        svc.append_events(session_id, events, 0)
-        if n == 0:
-            print("\nThe conversation, as stored (seq is each event's place in the log):")
-            print("\n".join("  " + line for line in _rows(svc.events(session_id), {})))
-        before = _tokens(svc.view(session_id))
-        result = svc.compact(session_id, trigger, strategy)
-        print(f"\n=== {session_id}: {strategy.name} ===")
-        print(textwrap.fill(note[0].upper() + note[1:] + ".", _width()) + "\n")
-        _print_log(svc, session_id, fold=True)
-        print()
-        _print_view(svc, session_id)
-        print()
-        if result.summary:
-            print("the summary turn the scripted model wrote, in full:")
-            for m in result.summary:
-                print(textwrap.fill(message_text(m), _width(), initial_indent="  ",
-                                    subsequent_indent="    "))  # fmt: skip
-            print()
-        if result.unchanged:
-            print("unchanged: nothing left the view")
-        _print_result(result, before, _tokens(svc.view(session_id)))
-    print(
-        f"\nThe four sessions are in {args.db}. Try next:\n"
-        "  turnlog sessions\n"
-        "  turnlog show demo-summary --log\n"
-        "  turnlog compact demo-last-turns --last-turns 1\n"
-        "  turnlog import FILE      (OpenAI chat messages as JSON or JSONL, or ShareGPT)"
-    )
-    return 0
 
 
 # -- commands ----------------------------------------------------------------------------------
 
 
+def _import_ids(args: argparse.Namespace, count: int) -> list[str]:
+    """The ids of the sessions an import makes: --session or the file's name, numbered when
+    the file holds several conversations; checked before the store is opened.
+
+    Raises:
+        InvalidInput: an empty or unusable id, or a file name that is not UTF-8.
+    """
+    base = Path(args.file).stem if args.session is None else args.session
+    _utf8(base, "the session id" if args.session is not None else "the file's name")
+    ids = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
+    return [check_id(i, "the session id") for i in ids]
+
+
 def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
     path = Path(args.file)
     kind, conversations = args.conversations  # read before the database was opened
-    base = args.session or path.stem
-    ids = (
-        [base]
-        if len(conversations) == 1
-        else [f"{base}-{i}" for i in range(1, len(conversations) + 1)]
-    )
+    ids = _import_ids(args, len(conversations))
     for session_id in ids:  # check every id before writing anything
         if svc.find(session_id) is not None:
             raise SessionAlreadyExists(session_id)
@@ -398,7 +178,7 @@ def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
             svc.delete(session_id)
         raise
     for session_id, batch in zip(ids, batches, strict=True):
-        print(f"imported {len(batch)} events into session {session_id} ({kind})")
+        print(f"imported {len(batch)} events into session {visible(session_id)} ({kind})")
     return 0
 
 
@@ -406,7 +186,7 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
     rows = []
     for s in svc.sessions():
         view = svc.view(s.id)
-        rows.append((s, svc.version(s.id), len(sent_events(view)), _tokens(view)))
+        rows.append((s, svc.version(s.id), len(sent_events(view)), view_tokens(view)))
     if args.json:
         out = [
             {
@@ -420,18 +200,20 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
             }
             for s, version, size, tokens in rows
         ]
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(dumps(out))
         return 0
     if not rows:
-        print(f"no sessions in {args.db}: try `turnlog demo` or `turnlog import FILE`")
+        where = visible(args.target.name)
+        print(f"no sessions in {where}: try `turnlog demo` or `turnlog import FILE`")
         return 0
-    wide = max(len("session"), *(len(r[0].id) for r in rows))
+    ids = [visible(r[0].id) for r in rows]
+    wide = max(len("session"), *(len(i) for i in ids))
     print(
         f"{'session':<{wide}}  {'created (UTC)':<19}  {'expires (UTC)':<19}  events  view  tokens"
     )
-    for s, version, size, tokens in rows:
+    for shown, (s, version, size, tokens) in zip(ids, rows, strict=True):
         print(
-            f"{s.id:<{wide}}  {_when(s.created_at):<19}  {_when(s.expires_at):<19}  "
+            f"{shown:<{wide}}  {when(s.created_at):<19}  {when(s.expires_at):<19}  "
             f"{version:>6}  {size:>4}  {tokens:>6}"
         )
     return 0
@@ -443,28 +225,21 @@ def _cmd_show(svc: SessionService, args: argparse.Namespace) -> int:
         view = svc.view(args.session)
         if args.log:
             shown = svc.events(args.session)
-            statuses = _statuses(shown, view, CompactionBoundary.newest(shown))
+            status = statuses(shown, view, CompactionBoundary.newest(shown))
         else:
             shown = view
-            statuses = _statuses(view, view, _newest_boundary(svc, args.session))
-        print(
-            json.dumps(
-                {
-                    "session": args.session,
-                    "version": svc.version(args.session),
-                    "view_tokens": _tokens(view),
-                    "log" if args.log else "view": [
-                        _event_json(e, statuses.get(e.id, "-")) for e in shown
-                    ],
-                },
-                indent=2,
-                ensure_ascii=False,
-            )
-        )
+            status = statuses(view, view, newest_boundary(svc, args.session))
+        out = {
+            "session": args.session,
+            "version": svc.version(args.session),
+            "view_tokens": view_tokens(view),
+            "log" if args.log else "view": [event_json(e, status.get(e.id, "-")) for e in shown],
+        }
+        print(dumps(out))
     elif args.log:
-        _print_log(svc, args.session)
+        print_log(svc, args.session)
     else:
-        _print_view(svc, args.session)
+        print_view(svc, args.session)
     return 0
 
 
@@ -488,24 +263,25 @@ def _cmd_compact(svc: SessionService, args: argparse.Namespace) -> int:
         fired.append(trigger is None or trigger(request))
         return fired[-1]
 
-    before = _tokens(svc.view(args.session))
+    session = visible(args.session)
+    before = view_tokens(svc.view(args.session))
     result = svc.compact(args.session, record, strategy)
     if result.conflict:
-        print(f"{args.session}: another writer appended meanwhile; nothing written, run it again")
+        print(f"{session}: another writer appended meanwhile; nothing written, run it again")
         return 1
     if result.unchanged:
         why = "no trigger fired" if fired and not fired[-1] else f"the view fits {window}"
-        print(f"{args.session}: unchanged ({why}); nothing written")
+        print(f"{session}: unchanged ({why}); nothing written")
         return 0
-    print(f"{args.session}: compacted with {strategy.name}")
-    _print_result(result, before, _tokens(svc.view(args.session)))
+    print(f"{session}: compacted with {strategy.name}")
+    print_result(result, before, view_tokens(svc.view(args.session)))
     return 0
 
 
 def _cmd_delete(svc: SessionService, args: argparse.Namespace) -> int:
     if not svc.delete(args.session):
         raise SessionNotFound(args.session)
-    print(f"deleted session {args.session} and its log")
+    print(f"deleted session {visible(args.session)} and its log")
     return 0
 
 
@@ -516,26 +292,31 @@ def _cmd_expire(svc: SessionService, args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
-    url = args.store or f"sqlite:///{args.db}"
-    if url.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+    where: Target = args.target
+    kind, url, options = ("path", "", {}) if where.url is None else store_url(where.url)
+    if kind == "postgresql":
         try:
             from turnlog.stores.postgres_schema import migrate
         except ImportError:
             return _fail("PostgreSQL needs an extra: pip install 'turnlog[postgres]'", 1)
-        version = migrate(url)
+        options.pop("pool_min", None)
+        options.pop("pool_max", None)
+        options.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        version = migrate(url, **options)
         print(f"PostgreSQL schema is at version {version}")
         return 0
-    store = open_store(url)  # opening creates or checks the schema
-    kind = type(store).__name__
+    store = where.open()  # opening creates or checks the schema
+    name = type(store).__name__
     store.close()
-    print(f"{kind}: schema is current")
+    print(f"{name}: schema is current" if kind not in ("redis", "redis+cluster", "memory")
+          else f"{name}: keeps no schema, nothing to do")  # fmt: skip
     return 0
 
 
 # -- arguments and errors ----------------------------------------------------------------------
 
 _COMMANDS: list[tuple[str, Handler, str, str]] = [
-    ("demo", _cmd_demo, "build a conversation with tool calls, compact it four ways, print it",
+    ("demo", cmd_demo, "build a conversation with tool calls, compact it four ways, print it",
      "turnlog demo\n  turnlog --db /tmp/demo.db demo"),
     ("import", _cmd_import, "import a conversation: OpenAI messages (JSON or JSONL) or ShareGPT",
      "turnlog import chat.json --session support-42\n  turnlog import dataset.jsonl"),
@@ -569,26 +350,31 @@ _DETAILS = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    default_db = os.environ.get("TURNLOG_DB") or "turnlog.db"
     parser = argparse.ArgumentParser(
         prog="turnlog",
         description="Conversation memory for LLM applications: inspect and compact the "
-        "session logs in a turnlog SQLite file.",
-        epilog="Example:\n  turnlog demo\n  turnlog show demo-summary --log",
+        "session logs in a turnlog store (a SQLite file by default). The store: --db or "
+        "--store when given, else $TURNLOG_STORE, else $TURNLOG_DB, else turnlog.db.",
+        epilog="Example:\n  turnlog demo\n  turnlog show demo-summary --log\n"
+        "  turnlog --store 'postgresql://app@db:5432/chat?schema=support' sessions",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--db", default=default_db, help=f"the SQLite file (default: $TURNLOG_DB or {default_db})"
+        "--db",
+        default=None,
+        metavar="PATH",
+        help="the SQLite file (default: $TURNLOG_DB, else turnlog.db; $TURNLOG_STORE comes first)",
     )
     parser.add_argument(
         "--store",
-        default=os.environ.get("TURNLOG_STORE") or None,
+        default=None,
         metavar="URL",
-        help="a store URL instead of --db: sqlite:///path, postgresql://..., redis://..., "
-        "redis+cluster://host:port,..., memory:// (default: $TURNLOG_STORE)",
+        help="a store URL instead of --db: sqlite:///path, postgresql://...?schema=NAME, "
+        "redis://...?prefix=NAME, redis+cluster://host:port,..., memory://; "
+        "?connect_timeout=SECONDS (default 3) (default: $TURNLOG_STORE)",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help="the SQLite file")
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH", help="the SQLite file")
     common.add_argument("--store", default=argparse.SUPPRESS, metavar="URL", help="a store URL")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands = {}
@@ -623,8 +409,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"turnlog: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"turnlog: error: {visible(' '.join(message.split()))}", file=sys.stderr)
     return code
+
+
+def _utf8(value: str, what: str) -> str:
+    """`value`, or InvalidInput if it holds bytes that are not UTF-8 (a surrogate escape)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        fix = "pass --session ID" if "file's name" in what else "check your terminal's encoding"
+        raise InvalidInput(f"{what} is not valid UTF-8 text ({value!r}): {fix}") from None
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -638,17 +434,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else 2
-    db = Path(args.db)
-    where = args.store or str(db)
+    where = "the store"
     try:
+        for option in ("session", "store"):
+            if isinstance(getattr(args, option, None), str):
+                _utf8(getattr(args, option), f"the {option} argument")
+        args.target = target(args)
+        where = args.target.name  # _fail makes it safe to print
         if args.command == "import":  # a bad file must not even create the database
             args.conversations = read_conversations(Path(args.file))
+            _import_ids(args, len(args.conversations[1]))
         if args.command == "migrate":
             return _cmd_migrate(None, args)
-        if args.store is None and args.command not in ("demo", "import") and not db.exists():
-            return _fail(f"no turnlog database at {db}: run `turnlog demo` or pass --db PATH", 1)
-        store = open_store(args.store) if args.store else SqliteStore(db)
-        with SessionService(store) as svc:
+        path = args.target.path
+        if path is not None and args.command not in ("demo", "import") and not path.exists():
+            return _fail(f"no turnlog database at {where}: run `turnlog demo` or pass --db PATH", 1)
+        with SessionService(args.target.open()) as svc:
             code: int = args.handler(svc, args)
             return code
     except SessionNotFound as exc:

@@ -20,12 +20,22 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from turnlog.errors import CorruptData, InvalidInput
-from turnlog.events import ROLES, EventType, Message, SessionEvent, ToolCall, ToolResult
+from turnlog.events import (
+    ROLES,
+    EventType,
+    Message,
+    Session,
+    SessionEvent,
+    ToolCall,
+    ToolResult,
+)
 
 __all__ = [
     "FORMAT_VERSION",
     "decode_event",
+    "decode_session",
     "dump_json",
+    "dump_jsonb",
     "encode_body",
     "from_micros",
     "load_json",
@@ -75,7 +85,13 @@ def to_micros(moment: datetime) -> int:
 
 
 def from_micros(micros: int) -> datetime:
-    """The UTC datetime of integer microseconds since the epoch."""
+    """The UTC datetime of integer microseconds since the epoch.
+
+    Raises:
+        OverflowError: outside what a datetime can hold; TypeError: not an integer.
+    """
+    if not isinstance(micros, int) or isinstance(micros, bool):
+        raise TypeError(f"a timestamp is stored as integer microseconds, found {micros!r}")
     return _EPOCH + timedelta(microseconds=micros)
 
 
@@ -150,12 +166,56 @@ def decode_event(
             seq=seq,
             timestamp=from_micros(timestamp_micros),
         )
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        ValueError,
+        TypeError,
+        OverflowError,
+    ) as exc:
         raise CorruptData(
             f"event seq {seq} ({event_id!r}) of session {session_id!r} cannot be read: {exc}. "
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
+
+
+def decode_session(
+    session_id: str,
+    created_at: datetime | int,
+    expires_at: datetime | int | None,
+    metadata: str | bytes,
+) -> Session:
+    """Rebuild a stored session from its columns: times as datetimes or integer microseconds.
+
+    Raises:
+        CorruptData: a column is damaged (a time out of range or of the wrong type, metadata
+            that is not a JSON object); names the session.
+    """
+    try:
+        meta = _any_decoder.decode(metadata)
+        if not isinstance(meta, dict):
+            raise ValueError("its metadata is not a JSON object")
+        return _trusted(
+            Session,
+            id=session_id,
+            created_at=_utc(created_at),
+            expires_at=None if expires_at is None else _utc(expires_at),
+            metadata=meta,
+        )
+    except (msgspec.DecodeError, ValueError, TypeError, OverflowError) as exc:
+        raise CorruptData(
+            f"session {session_id!r} cannot be read: {exc}. The row is damaged; other sessions "
+            "are unaffected. Restore it from a backup, or delete the session."
+        ) from exc
+
+
+def _utc(moment: datetime | int) -> datetime:
+    if isinstance(moment, datetime):
+        if moment.utcoffset() is None:
+            raise TypeError(f"a stored time has no time zone: {moment!r}")
+        return moment.astimezone(UTC)
+    return from_micros(moment)
 
 
 _T = TypeVar("_T")
@@ -180,6 +240,28 @@ def dump_json(value: Any) -> str:
         return _encoder.encode(value).decode("utf-8")
     except (TypeError, msgspec.EncodeError) as exc:
         raise InvalidInput(f"not JSON: {exc}") from exc
+
+
+def dump_jsonb(value: Any) -> str:
+    """`value` as JSON text that PostgreSQL's jsonb reads back with the same types.
+
+    jsonb keeps numbers as `numeric`, which writes `1e16` back as `10000000000000000`, an
+    integer; a float with a whole value is written here as `10000000000000000.0`, which jsonb
+    keeps (and gives back) with its decimal point.
+    """
+    return dump_json(_point_floats(value))
+
+
+def _point_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        if value.is_integer() and "e" in repr(value):
+            return msgspec.Raw(f"{int(value)}.0".encode())
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_point_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _point_floats(v) for k, v in value.items()}
+    return value
 
 
 def load_json(text: str | bytes, what: str) -> Any:

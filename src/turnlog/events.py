@@ -11,13 +11,15 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from turnlog.errors import InvalidInput
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
     "EventType",
     "JsonValue",
     "Message",
@@ -28,6 +30,7 @@ __all__ = [
     "ToolResult",
     "check_id",
     "check_json",
+    "check_timestamp",
     "new_id",
     "plain_json",
 ]
@@ -40,7 +43,11 @@ ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_ID_LENGTH: Final = 255
 _EMPTY: Final[Mapping[str, JsonValue]] = {}
 _SURROGATE: Final = re.compile("[\\ud800-\\udfff]")
-_CONTROL: Final = re.compile("[\\x00-\\x1f\\x7f]")
+_CONTROL: Final = re.compile("[\\x00-\\x1f\\x7f-\\x9f]")
+MIN_TIMESTAMP: Final = datetime(1, 1, 2, tzinfo=UTC)
+"""The earliest timestamp a store accepts: every store reads it back in any time zone."""
+MAX_TIMESTAMP: Final = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+"""The latest timestamp a store accepts (one day inside what Python's datetime can hold)."""
 
 
 def _check_text(value: object, what: str) -> str:
@@ -63,8 +70,14 @@ def new_id() -> str:
 def check_id(value: object, what: str) -> str:
     """Return `value` if it is a usable id, else raise `InvalidInput`.
 
-    An id is a non-blank string of at most 255 characters, without control characters or lone
-    surrogates.
+    An id is a non-blank string of at most 255 characters, without control characters (C0,
+    DEL or C1: U+0000-U+001F, U+007F-U+009F) or lone surrogates.
+
+    Returns:
+        `value`, unchanged.
+
+    Raises:
+        InvalidInput: `value` is not such a string.
     """
     text = _check_text(value, what)
     if not text.strip():
@@ -74,6 +87,35 @@ def check_id(value: object, what: str) -> str:
     if _CONTROL.search(text):
         raise InvalidInput(f"{what} {text!r} contains a control character")
     return text
+
+
+def check_timestamp(value: object, what: str) -> datetime:
+    """`value` as a UTC datetime, if it is a timezone-aware datetime every store can hold.
+
+    Returns:
+        `value` converted to UTC (the same instant).
+
+    Raises:
+        InvalidInput: `value` is not a datetime, is naive, or lies outside
+            `MIN_TIMESTAMP`..`MAX_TIMESTAMP` once converted to UTC.
+    """
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a timezone-aware datetime, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise InvalidInput(
+            f"{what} must be timezone-aware: pass tzinfo (for example datetime.now(UTC))"
+        )
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not MIN_TIMESTAMP <= utc <= MAX_TIMESTAMP:
+        raise InvalidInput(
+            f"{what} {value.isoformat()} is outside the range every store can hold "
+            f"({MIN_TIMESTAMP.isoformat()} to {MAX_TIMESTAMP.isoformat()} in UTC): "
+            "pass a time inside it"
+        )
+    return utc
 
 
 def check_json(value: object, what: str) -> bool:
@@ -245,9 +287,17 @@ class EventType:
     """
 
     name: str
+    """The name: 1-64 upper-case letters, digits, `_` or `.`, starting with a letter."""
 
     MESSAGE: ClassVar[EventType]
     COMPACTION: ClassVar[EventType]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _TYPE_NAME.fullmatch(self.name):
+            raise InvalidInput(
+                f"invalid event type name {self.name!r}: use 1-64 upper-case letters, digits, "
+                "'_' and '.', starting with a letter (for example 'ACME.AUDIT')"
+            )
 
     @classmethod
     def of(cls, name: str) -> EventType:
@@ -257,11 +307,6 @@ class EventType:
             InvalidInput: unless `name` is 1-64 upper-case letters, digits, `_` or `.`,
                 starting with a letter.
         """
-        if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
-            raise InvalidInput(
-                f"invalid event type name {name!r}: use 1-64 upper-case letters, digits, '_' "
-                "and '.', starting with a letter (for example 'ACME.AUDIT')"
-            )
         return cls(name)
 
     def __str__(self) -> str:
@@ -313,8 +358,10 @@ class SessionEvent:
         if self.synthetic and self.type != EventType.MESSAGE:
             raise InvalidInput("only message events can be synthetic")
         object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))
-        if self.timestamp is not None and self.timestamp.utcoffset() is None:
-            raise InvalidInput("event timestamps must be timezone-aware (UTC)")
+        if self.timestamp is not None:
+            object.__setattr__(
+                self, "timestamp", check_timestamp(self.timestamp, f"the timestamp of {self.id!r}")
+            )
 
     @classmethod
     def for_message(
@@ -395,5 +442,5 @@ class Session:
         object.__setattr__(self, "metadata", _metadata(self.metadata, "session metadata"))
         for name in ("created_at", "expires_at"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
-                raise InvalidInput(f"session {name} must be a timezone-aware datetime")
+            if value is not None or name == "created_at":
+                object.__setattr__(self, name, check_timestamp(value, f"session {name}"))

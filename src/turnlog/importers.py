@@ -20,8 +20,32 @@ from turnlog.events import Message, ToolCall, ToolResult
 __all__ = ["read_conversations", "sharegpt_messages"]
 
 
+ACCEPTED = (
+    'turnlog import reads a JSON list of OpenAI chat-completions messages ({"role": ..., '
+    '"content": ...}) or {"messages": [...]}, JSONL with one message per line, or ShareGPT: '
+    '{"conversations": [...]}, a list or JSONL of such records'
+)
+
+# Item types of the OpenAI Responses API, whose `input` and `output` lists are not chat messages.
+_RESPONSES_TYPES = frozenset(
+    {"message", "function_call", "function_call_output", "reasoning", "input_text", "output_text"}
+)
+_RESPONSES = (
+    "this looks like OpenAI Responses API items, which turnlog import does not read: convert "
+    "them to chat-completions messages"
+)
+
+
 def _bad(where: str, what: str) -> InvalidInput:
     return InvalidInput(f"{where}: {what}")
+
+
+def _json_error(exc: json.JSONDecodeError, *, line: bool = True) -> str:
+    """The decoder's message and position ("Invalid control character at" ends in "at")."""
+    what = exc.msg.removesuffix(" at")
+    where = f"line {exc.lineno} column {exc.colno}" if line else f"column {exc.colno}"
+    hint = "; escape it, e.g. \\n or \\u0001" if "control character" in what else ""
+    return f"{what} at {where}{hint}"
 
 
 def _load(path: Path) -> list[tuple[str, Any]]:
@@ -38,6 +62,8 @@ def _load(path: Path) -> list[tuple[str, Any]]:
         raise InvalidInput(f"{path} is empty: expected a JSON list of messages, JSONL or ShareGPT")
     try:
         return [("", json.loads(raw))]
+    except RecursionError:
+        raise InvalidInput(f"{path}: JSON nested too deeply to be a conversation") from None
     except json.JSONDecodeError as whole:
         items = []
         for n, line in enumerate(raw.splitlines(), start=1):
@@ -45,13 +71,14 @@ def _load(path: Path) -> list[tuple[str, Any]]:
                 continue
             try:
                 items.append((f"line {n}", json.loads(line)))
+            except RecursionError:
+                raise _bad(f"{path}, line {n}", "JSON nested too deeply") from None
             except json.JSONDecodeError as exc:
                 if not items:  # not JSONL either: report the document's own error
-                    raise InvalidInput(
-                        f"{path} is not JSON: {whole.msg} at line {whole.lineno} "
-                        f"column {whole.colno}"
-                    ) from None
-                raise _bad(f"{path}, line {n}", f"not JSON ({exc.msg})") from None
+                    raise InvalidInput(f"{path} is not JSON: {_json_error(whole)}") from None
+                raise _bad(
+                    f"{path}, line {n}", f"not JSON: {_json_error(exc, line=False)}"
+                ) from None
         return items
 
 
@@ -65,11 +92,21 @@ def read_conversations(path: Path) -> tuple[str, list[list[Message]]]:
     Raises:
         InvalidInput: the file cannot be read or holds something else; names the entry.
     """
-    items = _load(path)
+    try:
+        return _conversations(path, _load(path))
+    except RecursionError:  # e.g. tool-call arguments nested thousands deep
+        raise InvalidInput(f"{path}: JSON nested too deeply to be a conversation") from None
+
+
+def _conversations(path: Path, items: list[tuple[str, Any]]) -> tuple[str, list[list[Message]]]:
     if len(items) == 1 and not items[0][0]:  # one JSON document
         doc = items[0][1]
         if isinstance(doc, dict) and "messages" in doc and "role" not in doc:
             doc = doc["messages"]
+        elif isinstance(doc, dict) and not {"role", "conversations", "from"} & doc.keys():
+            known = "input" in doc or "output" in doc or doc.get("type") in _RESPONSES_TYPES
+            what = _RESPONSES if known else 'a JSON object without a "messages" or "role" key'
+            raise InvalidInput(f"{path}: {what}. {ACCEPTED}")
         if isinstance(doc, dict):
             doc = [doc]
         if not isinstance(doc, list):
@@ -109,6 +146,9 @@ def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:
         role = item.get("role")
         if role is None and "from" in item:
             raise _bad(where, 'a ShareGPT turn: wrap the turns in {"conversations": [...]}')
+        if role is None or item.get("type") in _RESPONSES_TYPES - {"message"}:
+            what = _RESPONSES if item.get("type") in _RESPONSES_TYPES else 'no "role"'
+            raise _bad(where, f"{what}. {ACCEPTED}")
         try:
             message = _openai_message(where, item, call_names)
         except InvalidInput as exc:

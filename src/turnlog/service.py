@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from turnlog.compaction import (
     CompactionRequest,
@@ -12,6 +12,8 @@ from turnlog.compaction import (
     CompactionTrigger,
     sent_events,
 )
+from turnlog.compaction._checks import check_function, describe
+from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
 from turnlog.stores.base import Clock, EventFilter, SessionStore, utc_now
@@ -52,19 +54,24 @@ class SessionService:
         self,
         session_id: str | None = None,
         *,
-        ttl: timedelta | None = None,
+        ttl: Duration | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
     ) -> Session:
         """Create a session (with a fresh id unless one is given).
 
         Args:
             session_id: the id; a random one when None.
-            ttl: how long until `delete_expired` may delete it; None keeps it.
+            ttl: how long until `delete_expired` may delete it: a `timedelta` or a number of
+                seconds (`ttl=60` is a minute); None keeps it.
             metadata: JSON the application attaches.
+
+        Returns:
+            The session as stored.
 
         Raises:
             SessionAlreadyExists: the id is taken.
-            InvalidInput: a blank or over-long id, a ttl <= 0, non-JSON metadata.
+            InvalidInput: a blank or over-long id; a ttl that is not a positive, finite
+                duration; non-JSON metadata.
         """
         session = self._new_session(session_id, ttl, metadata)
         self.store.create_session(session)
@@ -73,16 +80,22 @@ class SessionService:
     def _new_session(
         self,
         session_id: str | None,
-        ttl: timedelta | None,
+        ttl: Duration | None,
         metadata: Mapping[str, JsonValue] | None,
     ) -> Session:
-        if ttl is not None and (not isinstance(ttl, timedelta) or ttl <= timedelta(0)):
-            raise InvalidInput(f"ttl must be a positive timedelta, got {ttl!r}")
+        span = None if ttl is None else to_timedelta(ttl, "ttl")
         now = self._clock()
+        try:
+            expires_at = None if span is None else now + span
+        except OverflowError:
+            raise InvalidInput(
+                f"ttl {ttl!r} ends after the year 9999, past any time a store can hold: "
+                "pass a shorter ttl, or none to keep the session"
+            ) from None
         return Session(
             id=new_id() if session_id is None else check_id(session_id, "session id"),
             created_at=now,
-            expires_at=None if ttl is None else now + ttl,
+            expires_at=expires_at,
             metadata=metadata or {},
         )
 
@@ -101,10 +114,22 @@ class SessionService:
         self,
         session_id: str,
         *,
-        ttl: timedelta | None = None,
+        ttl: Duration | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
     ) -> Session:
-        """The session, created (with `ttl` and `metadata`) when it does not exist yet."""
+        """The session, created (with `ttl` and `metadata`) when it does not exist yet.
+
+        `ttl` is a `timedelta` or a number of seconds, as for `create`; it is checked even
+        when the session exists already (and then not used).
+
+        Returns:
+            The session found, or the one created.
+
+        Raises:
+            InvalidInput: as for `create`.
+        """
+        if ttl is not None:
+            to_timedelta(ttl, "ttl")
         found = self.store.find_session(session_id)
         if found is not None:
             return found
@@ -208,9 +233,18 @@ class SessionService:
             pass that lost the race is run again on the new view, up to N more times.
 
         Raises:
+            InvalidInput: `trigger` is not a function of the request (or an instance of a
+                trigger class), `strategy` has no `compact(request)` method, or `retries` is
+                not an integer >= 0. Checked before anything is read.
             SessionNotFound: no such session.
             Exception: whatever the summarizer raised; nothing was written.
         """
+        check_function(trigger, "trigger", "(CompactionRequest) -> bool, e.g. TurnCountTrigger(20)")
+        if isinstance(strategy, type) or not callable(getattr(strategy, "compact", None)):
+            raise InvalidInput(
+                "strategy must be a compaction strategy (an object with compact(request), "
+                f"e.g. WindowCompactionStrategy(...)); got {describe(strategy)}"
+            )
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidInput(f"retries must be an integer >= 0, got {retries!r}")
         session = self.get(session_id)

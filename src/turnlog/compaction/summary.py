@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
+from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import SummaryRequest
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent
@@ -14,6 +15,7 @@ from turnlog.text import event_text
 __all__ = [
     "DEFAULT_SHADOW_PROMPT",
     "DEFAULT_SUMMARY_SYSTEM_PROMPT",
+    "ChatFunction",
     "ChatModel",
     "ChatModelSummarizer",
 ]
@@ -40,6 +42,26 @@ class ChatModel(Protocol):
         ...
 
 
+ChatFunction = Callable[[Sequence[Message]], Message]
+"""A chat model as a plain function: the messages in, the reply out."""
+
+
+def _completion(chat_model: object) -> ChatFunction:
+    """The function that asks `chat_model` for a reply: its `complete` method, or itself.
+
+    Raises:
+        InvalidInput: `chat_model` is neither a `ChatModel` nor a function of the messages.
+    """
+    shape = "(messages) -> Message, or an object with complete(messages) -> Message"
+    if isinstance(chat_model, type):
+        check_function(chat_model, "chat_model", shape)  # raises: a class, not an instance
+    complete = getattr(chat_model, "complete", None)
+    if callable(complete):
+        method = check_function(complete, "chat_model.complete", "(messages) -> Message")
+        return cast(ChatFunction, method)
+    return cast(ChatFunction, check_function(chat_model, "chat_model", shape))
+
+
 class ChatModelSummarizer:
     """Asks a chat model for a rolling summary of what leaves the view.
 
@@ -50,20 +72,31 @@ class ChatModelSummarizer:
     view keeps alternating user and assistant.
 
     A blank reply is logged at WARNING, `on_failure` is called with the request, and the
-    summarizer declines (nothing is written). An exception from the model propagates.
+    summarizer declines (nothing is written). An exception from the model propagates; so does
+    `InvalidInput` for a reply that is not a `Message`. Nothing is written in either case.
+
+    Every argument is checked here, when the summarizer is built, not at the first `compact`.
 
     Args:
-        chat_model: anything with `complete(messages) -> Message`.
+        chat_model: anything with `complete(messages) -> Message` (a `ChatModel`), or a plain
+            function `(messages) -> Message`.
         overlap_size: how many preserved events to quote for continuity (>= 0).
         system_prompt: the summarizing call's system prompt.
-        shadow_prompt: the user message that opens the summary turn.
-        event_formatter: how an event is rendered in the prompt.
-        on_failure: called with the request when the model gives a blank reply.
+        shadow_prompt: the user message that opens the summary turn (not blank).
+        event_formatter: a function `(SessionEvent) -> str`: how an event is rendered in the
+            prompt.
+        on_failure: None, or a function `(SummaryRequest) -> None`, called with the request
+            when the model gives a blank reply.
+
+    Raises:
+        InvalidInput: an argument of the wrong kind (`...`, a class instead of an instance, a
+            function that cannot take one argument, a prompt that is not a string), a negative
+            `overlap_size`, a blank `shadow_prompt`.
     """
 
     def __init__(
         self,
-        chat_model: ChatModel,
+        chat_model: ChatModel | ChatFunction,
         *,
         overlap_size: int = 2,
         system_prompt: str = DEFAULT_SUMMARY_SYSTEM_PROMPT,
@@ -73,8 +106,15 @@ class ChatModelSummarizer:
     ) -> None:
         if isinstance(overlap_size, bool) or not isinstance(overlap_size, int) or overlap_size < 0:
             raise InvalidInput(f"overlap_size must be an integer >= 0, got {overlap_size!r}")
+        for name, text in (("system_prompt", system_prompt), ("shadow_prompt", shadow_prompt)):
+            if not isinstance(text, str):
+                raise InvalidInput(f"{name} must be a string, got {describe(text)}")
         if not shadow_prompt.strip():
             raise InvalidInput("shadow_prompt must not be blank")
+        self._complete = _completion(chat_model)
+        check_function(event_formatter, "event_formatter", "(SessionEvent) -> str")
+        if on_failure is not None:
+            check_function(on_failure, "on_failure", "(SummaryRequest) -> None, or None")
         self.chat_model = chat_model
         self.overlap_size = overlap_size
         self.system_prompt = system_prompt
@@ -112,8 +152,13 @@ class ChatModelSummarizer:
         return [Message.system(self.system_prompt), Message.user("\n\n".join(parts))]
 
     def __call__(self, request: SummaryRequest) -> list[Message]:
-        reply = self.chat_model.complete(self.prompt(request))
-        text = reply.text if isinstance(reply, Message) else None
+        reply = self._complete(self.prompt(request))
+        if not isinstance(reply, Message):
+            raise InvalidInput(
+                f"the summarizer's chat model returned {describe(reply)}, not a Message: "
+                "return Message.assistant(text); nothing was written"
+            )
+        text = reply.text
         if text is None or not text.strip():
             logger.warning(
                 "session %s: the summarizing model gave a blank reply; compaction skipped, "

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from turnlog.compaction._checks import check_function
 from turnlog.compaction.base import (
     CompactionRequest,
     CompactionResult,
@@ -83,8 +84,13 @@ class WindowCompactionStrategy:
 
     Args:
         window: how much stays; `CompactionWindow.last_events(20)` by default.
-        summarizer: condenses what leaves the view; None for a plain window.
+        summarizer: condenses what leaves the view: a function `(SummaryRequest) ->
+            list[Message]` such as `ChatModelSummarizer(model)`; None for a plain window.
         token_counter: for a token budget and the saved estimate; the default counter when None.
+
+    Raises:
+        InvalidInput: `window` is not a `CompactionWindow`; `summarizer` is not None and not
+            a function of one argument.
     """
 
     def __init__(
@@ -97,6 +103,12 @@ class WindowCompactionStrategy:
         self.window = CompactionWindow.last_events(20) if window is None else window
         if not isinstance(self.window, CompactionWindow):
             raise InvalidInput("window must be a CompactionWindow")
+        if summarizer is not None:
+            check_function(
+                summarizer,
+                "summarizer",
+                "(SummaryRequest) -> list[Message], e.g. ChatModelSummarizer(model), or None",
+            )
         self.summarizer = summarizer
         self._tokens: EventTokens = event_tokens(token_counter)
 

@@ -2,6 +2,7 @@
 
 `PostgresStore`, `RedisStore` and `RedisClusterStore` load on first use, so importing turnlog
 never needs their drivers; a missing driver fails with the `pip install` line that fixes it.
+They are left out of `__all__`, so `from turnlog.stores import *` works without the extras.
 """
 
 from typing import Any
@@ -14,9 +15,6 @@ from turnlog.stores.url import load_optional, open_store
 __all__ = [
     "EventFilter",
     "MemoryStore",
-    "PostgresStore",
-    "RedisClusterStore",
-    "RedisStore",
     "SessionStore",
     "SqliteStore",
     "open_store",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Protocol, overload, runtime_checkable
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
-from turnlog.events import EventType, Role, Session, SessionEvent, check_id
+from turnlog.events import EventType, Role, Session, SessionEvent, check_id, check_json
 
 __all__ = [
     "Clock",
@@ -18,7 +18,13 @@ __all__ = [
     "apply_filter",
     "check_batch",
     "check_boundaries",
+    "check_cutoff",
+    "check_event",
+    "check_limit",
+    "check_metadata_query",
+    "check_session",
     "check_version",
+    "metadata_matches",
     "stamped",
     "utc_now",
 ]
@@ -161,7 +167,14 @@ def check_batch(
     """
     check_id(session_id, "session id")
     check_version(expected_version)
-    batch = list(events)
+    if isinstance(events, (str, bytes, SessionEvent)):
+        raise InvalidInput(f"expected a sequence of SessionEvent, got {type(events).__name__}")
+    try:
+        batch = list(events)
+    except TypeError:
+        raise InvalidInput(
+            f"expected a sequence of SessionEvent, got {type(events).__name__}"
+        ) from None
     seen: set[str] = set()
     for event in batch:
         if not isinstance(event, SessionEvent):
@@ -177,14 +190,110 @@ def check_batch(
 
 
 def check_version(expected_version: object) -> int:
-    """Raise `InvalidInput` unless `expected_version` is an integer >= 0."""
+    """Raise `InvalidInput` unless `expected_version` is an integer from 0 to 2**63 - 1.
+
+    (A version is a count of events; every store keeps it in 64 bits.)
+    """
     if (
         isinstance(expected_version, bool)
         or not isinstance(expected_version, int)
-        or expected_version < 0
+        or not 0 <= expected_version < 2**63
     ):
-        raise InvalidInput(f"expected_version must be an integer >= 0, got {expected_version!r}")
+        raise InvalidInput(
+            f"expected_version must be an integer from 0 to 2**63 - 1 (the version you read), "
+            f"got {expected_version!r}"
+        )
     return expected_version
+
+
+def check_limit(limit: object) -> int | None:
+    """Raise `InvalidInput` unless `limit` (of `list_sessions`) is None or an integer >= 0.
+
+    Returns:
+        `limit`; None means no limit, 0 an empty list.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidInput(
+            f"limit must be an integer >= 0, or None for every session, got {limit!r}"
+        )
+    return limit
+
+
+def check_cutoff(before: object) -> datetime:
+    """Raise `InvalidInput` unless `before` (of `delete_expired`) is a timezone-aware datetime.
+
+    Returns:
+        `before`, unchanged (any aware datetime is a valid cutoff, even outside the range
+        sessions can hold).
+    """
+    if not isinstance(before, datetime) or before.utcoffset() is None:
+        raise InvalidInput(
+            f"delete_expired needs a timezone-aware datetime, got {before!r}: "
+            "pass for example datetime.now(UTC)"
+        )
+    return before
+
+
+def check_session(session: object) -> Session:
+    """Raise `InvalidInput` unless `session` is a `Session` every store can save.
+
+    Session metadata must not hold U+0000 in any key or string: PostgreSQL's jsonb cannot
+    store it, so no store accepts it (event payloads and metadata may hold it).
+
+    Returns:
+        `session`.
+    """
+    if not isinstance(session, Session):
+        raise InvalidInput(f"expected a Session, got {type(session).__name__}")
+    stack: list[object] = [session.metadata]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise InvalidInput(
+                    f"the metadata of session {session.id!r} holds the character U+0000, "
+                    "which session metadata cannot carry: remove it (or put it in an event)"
+                )
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+    return session
+
+
+def check_metadata_query(name: object, value: object) -> bool:
+    """Raise `InvalidInput` unless `name` and `value` make a `find_by_metadata` query.
+
+    Returns:
+        False when no stored session can match (a U+0000 in `name` or `value`: see
+        `check_session`); the store then answers an empty list without asking its database.
+    """
+    if not isinstance(name, str):
+        raise InvalidInput(f"a metadata key is a string, got {type(name).__name__}")
+    if isinstance(value, float) or not isinstance(value, (str, int)):
+        raise InvalidInput(
+            f"find_by_metadata compares strings, integers or booleans, got {type(value).__name__}"
+        )
+    check_json({name: value}, "a find_by_metadata query")
+    return "\x00" not in name and not (isinstance(value, str) and "\x00" in value)
+
+
+def metadata_matches(metadata: Mapping[str, object], name: str, value: object) -> bool:
+    """True when `metadata[name]` equals `value` and has its type (`1` is not `True`)."""
+    if name not in metadata:
+        return False
+    stored = metadata[name]
+    return type(stored) is type(value) and stored == value
+
+
+def check_event(event: object) -> SessionEvent:
+    """Raise `InvalidInput` unless `event` is a `SessionEvent`; returns it."""
+    if not isinstance(event, SessionEvent):
+        raise InvalidInput(f"expected a SessionEvent, got {type(event).__name__}")
+    return event
 
 
 def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]], set[str]]) -> None:

@@ -9,13 +9,18 @@ from datetime import datetime
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
-from turnlog.events import EventType, Session, SessionEvent
+from turnlog.events import EventType, Session, SessionEvent, check_id
 from turnlog.stores.base import (
     Clock,
     EventFilter,
     apply_filter,
     check_batch,
     check_boundaries,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
     stamped,
     utc_now,
 )
@@ -57,18 +62,20 @@ class MemoryStore:
         """Nothing to release."""
 
     def _log(self, session_id: str) -> _Log:
-        log = self._logs.get(session_id)
+        log = self._logs.get(check_id(session_id, "session id"))
         if log is None:
             raise SessionNotFound(session_id)
         return log
 
     def create_session(self, session: Session) -> None:
+        check_session(session)
         with self._lock:
             if session.id in self._logs:
                 raise SessionAlreadyExists(session.id)
             self._logs[session.id] = _Log(session)
 
     def save_session(self, session: Session) -> None:
+        check_session(session)
         with self._lock:
             log = self._logs.get(session.id)
             if log is None:
@@ -77,11 +84,13 @@ class MemoryStore:
                 log.session = replace(session, created_at=log.session.created_at)
 
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         with self._lock:
             log = self._logs.get(session_id)
             return None if log is None else log.session
 
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        limit = check_limit(limit)
         with self._lock:
             sessions = sorted(
                 (log.session for log in self._logs.values()),
@@ -91,6 +100,7 @@ class MemoryStore:
         return sessions if limit is None else sessions[:limit]
 
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         with self._lock:
             log = self._logs.pop(session_id, None)
             if log is None:
@@ -100,6 +110,7 @@ class MemoryStore:
             return True
 
     def delete_expired(self, before: datetime) -> int:
+        check_cutoff(before)
         with self._lock:
             doomed = [
                 sid
@@ -111,6 +122,8 @@ class MemoryStore:
             return len(doomed)
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        if not check_metadata_query(name, value):
+            return []
         with self._lock:
             return [
                 log.session
@@ -155,6 +168,7 @@ class MemoryStore:
             return len(log.events)
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
+        check_event(event)
         with self._lock:
             log = self._log(event.session_id)
             if event.id in log.by_id:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 try:
@@ -27,8 +27,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
     ) from exc
 
-from turnlog.codec import decode_event, dump_json, encode_body, load_json, to_micros
+from turnlog.codec import (
+    decode_event,
+    decode_session,
+    dump_json,
+    dump_jsonb,
+    encode_body,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
@@ -44,6 +52,11 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
     utc_now,
 )
 from turnlog.stores.postgres_queries import Queries
@@ -53,7 +66,6 @@ from turnlog.stores.postgres_schema import (
     _partition_count,
     check_schema_name,
     ensure_schema,
-    lock_class,
     migrate,
 )
 
@@ -62,21 +74,29 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
 DEFAULT_INDEXED_KEYS: Final = ("owner", "user_id", "principal")
 _MAX_ATTEMPTS: Final = 1000
 _KEEP_IDLE_SECONDS: Final = 60.0
+_MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
 
-# The fast path of a version-checked one-event append on an unpartitioned schema: the shared
-# per-session lock (deletes take it exclusive), then the insert at seq v+1 if the log is at v.
-# No row back means the session is missing or not at v; a unique violation means another writer
-# or an id already stored. Either way `append_check` says which.
+# The fast path of a version-checked one-event append on an unpartitioned schema: one statement
+# that locks the session row (FOR KEY SHARE), checks the version and inserts at seq v+1 if the
+# log is at v. No row back means the session is missing or not at v; a unique violation means
+# another writer or an id already stored. Either way `append_check` says which.
+#
+# The row lock, not the advisory lock the append functions take, is what orders this statement
+# against deletes. One statement has one snapshot, taken before it waits for any lock: had it
+# waited for a delete's advisory lock, its checks would still see the session and the events
+# that delete removed, and it would write into the deleted session. A row lock is different:
+# it waits for a delete of the row to commit and then skips the row (READ COMMITTED), so the
+# append finds no session; and a delete that comes second waits for the append to commit (its
+# first statement deletes the session row), then removes the appended event with the rest.
+# FOR KEY SHARE does not conflict with the updates of the row (TTL, metadata, boundary).
 _DIRECT_ONE: Final = (
     'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
     "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
     "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
-    "FROM (SELECT pg_advisory_xact_lock_shared({lock}, hashtext(%(sid)s::text))) AS l "
-    "WHERE CASE WHEN %(v)s::bigint = 0 "
-    "THEN EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text) "
-    "ELSE EXISTS (SELECT 1 FROM {s}.events e WHERE e.session_id = %(sid)s::text "
-    "AND e.seq = %(v)s::bigint) END "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
     "RETURNING seq"
 )
 
@@ -201,6 +221,13 @@ class _Borrowed:
                 f"PostgreSQL cannot store this text while {self.doing} (jsonb refuses the "
                 f"character U+0000): {_first_line(exc)}"
             ) from exc
+        if isinstance(exc, psycopg.DataError):
+            # input is checked before it is sent: a value that cannot be loaded is damage
+            raise CorruptData(
+                f"PostgreSQL returned a value turnlog cannot read while {self.doing}: "
+                f"{_first_line(exc)}. The row is damaged (a time out of range?); other sessions "
+                "are unaffected. Restore it from a backup, or delete the session."
+            ) from exc
 
 
 class PostgresStore:
@@ -220,11 +247,13 @@ class PostgresStore:
         indexed_keys: metadata keys kept in an index table, for a fast `find_by_metadata`.
             Keys are added to the schema (and existing sessions indexed) when a store opens;
             they are never removed. Other keys are found by a jsonb containment query.
-        connect_timeout: seconds to wait for the server, and for a free pooled connection.
+        connect_timeout: how long to wait for the server, and for a free pooled connection:
+            seconds or a `timedelta`.
         clock: stamps events appended without a timestamp.
 
     Raises:
-        InvalidInput: a bad schema name or partition count; a pool without autocommit.
+        InvalidInput: a bad schema name or partition count; a pool without autocommit; a
+            `connect_timeout` that is not a positive, finite duration (at most a day).
         StoreError: the server cannot be reached; the schema needs `turnlog migrate`, is newer
             than this turnlog, or is partitioned differently.
         CorruptData: the schema holds tables of something else.
@@ -240,10 +269,11 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         indexed_keys: Sequence[str] = DEFAULT_INDEXED_KEYS,
-        connect_timeout: float = 10.0,
+        connect_timeout: Duration = 10.0,
         clock: Clock = utc_now,
     ) -> None:
         self.schema = check_schema_name(schema)
+        connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=_MAX_CONNECT_WAIT)
         if isinstance(indexed_keys, str) or not all(isinstance(k, str) for k in indexed_keys):
             raise InvalidInput("indexed_keys must be a sequence of metadata key names")
         self._clock = clock
@@ -255,6 +285,7 @@ class PostgresStore:
         self._keep_idle = max(1, pool_min)
         self._idle_until = time.monotonic() + _KEEP_IDLE_SECONDS
         if isinstance(dsn_or_pool, str):
+            _reach(dsn_or_pool, connect_timeout)
             self._pool: Pool = ConnectionPool(
                 dsn_or_pool,
                 min_size=pool_min,
@@ -294,9 +325,7 @@ class PostgresStore:
                 self._direct_one: str | None = None
                 if _partition_count(conn, self.schema) is None:
                     self._direct_one = (
-                        sql.SQL(_DIRECT_ONE)
-                        .format(s=sql.Identifier(self.schema), lock=lock_class(self.schema))
-                        .as_string(conn)
+                        sql.SQL(_DIRECT_ONE).format(s=sql.Identifier(self.schema)).as_string(conn)
                     )
         except BaseException:
             self.close()
@@ -364,37 +393,39 @@ class PostgresStore:
     # -- sessions ---------------------------------------------------------------------------
 
     def create_session(self, session: Session) -> None:
+        check_session(session)
         with self._conn("creating session", session.id) as conn:
             row = conn.execute(self._q.put_session, (*_session_params(session), True)).fetchone()
         if row is None or not row[0]:
             raise SessionAlreadyExists(session.id)
 
     def save_session(self, session: Session) -> None:
+        check_session(session)
         with self._conn("saving session", session.id) as conn:
             conn.execute(self._q.put_session, (*_session_params(session), False))
 
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.find_session, (session_id,)).fetchone()
         return None if row is None else _session(row)
 
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
+        limit = check_limit(limit)
         with self._conn("listing sessions") as conn:
-            rows = conn.execute(
-                self._q.list_sessions, (None if limit is None or limit < 0 else limit,)
-            ).fetchall()
+            rows = conn.execute(self._q.list_sessions, (limit,)).fetchall()
         return [_session(r) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         with self._conn("deleting session", session_id) as conn:
-            row = conn.execute(self._q.delete_session, (session_id,)).fetchone()
+            row = conn.execute(self._q.delete_session, {"id": session_id}).fetchone()
         return row is not None and row[0] > 0
 
     def delete_expired(self, before: datetime) -> int:
+        check_cutoff(before)
         with self._conn("deleting expired sessions") as conn:
-            row = conn.execute(self._q.delete_expired, (before,)).fetchone()
+            row = conn.execute(self._q.delete_expired, {"before": before}).fetchone()
         return 0 if row is None else int(row[0])
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
@@ -403,18 +434,14 @@ class PostgresStore:
         An indexed key (see `indexed_keys`) is looked up in the index table; any other key by
         a jsonb containment query that the GIN index on `sessions.metadata` serves.
         """
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
+        if not check_metadata_query(name, value):
+            return []  # U+0000: no stored metadata holds it
         if isinstance(value, bool):
             type_name, text = "boolean", ("true" if value else "false")
         elif isinstance(value, int):
             type_name, text = "number", str(value)
-        elif isinstance(value, str):
-            type_name, text = "string", value
         else:
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
-        if "\x00" in name or "\x00" in text:
-            return []  # PostgreSQL text cannot hold U+0000, so no stored metadata does
+            type_name, text = "string", value
         params = {
             "name": name,
             "value": dump_json(value),
@@ -437,7 +464,7 @@ class PostgresStore:
         return self._append(session_id, batch, expected_version)[0]
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         version, written = self._append(event.session_id, [event], None)
         if written is not None:
             return replace(event, seq=version, timestamp=event.timestamp or written)
@@ -543,6 +570,7 @@ class PostgresStore:
         )
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -566,6 +594,7 @@ class PostgresStore:
         return apply_filter(events, flt)
 
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.version, {"sid": session_id}).fetchone()
         if row is None:
@@ -573,6 +602,7 @@ class PostgresStore:
         return int(row[0])
 
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         with self._conn("reading the view of session", session_id) as conn:
             rows = conn.execute(self._q.view, {"sid": session_id}, binary=True).fetchall()
         if not rows:
@@ -608,20 +638,12 @@ def _session_params(session: Session) -> tuple[Any, ...]:
         check_id(session.id, "session id"),
         session.created_at,
         session.expires_at,
-        dump_json(dict(session.metadata)),
+        dump_jsonb(dict(session.metadata)),
     )
 
 
 def _session(row: Any) -> Session:
-    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
-    if not isinstance(metadata, dict):
-        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
-    return Session(
-        id=row[0],
-        created_at=row[1].astimezone(UTC),
-        expires_at=None if row[2] is None else row[2].astimezone(UTC),
-        metadata=metadata,
-    )
+    return decode_session(row[0], row[1], row[2], row[3])
 
 
 def _event(session_id: str, row: Any) -> SessionEvent:
@@ -651,3 +673,26 @@ def _where(dsn: str) -> str:
         f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
         f"database {info.get('dbname', '(default)')}"
     )
+
+
+def _reach(dsn: str, timeout: float) -> None:
+    """Connect once, directly, before the pool opens: a wrong address, name or password fails
+    at once with one line, instead of the pool retrying (and logging each try) until `timeout`.
+
+    Raises:
+        InvalidInput: `dsn` is not a libpq connection string or URL.
+        StoreError: the server cannot be reached or refuses the connection.
+    """
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(
+            f"not a PostgreSQL connection string or URL: {_first_line(exc)}"
+        ) from exc
+    try:
+        psycopg.connect(dsn, autocommit=True, connect_timeout=max(2, round(timeout))).close()
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL ({_where(dsn)}): {_first_line(exc)}. Is the server "
+            "running, and the address right?"
+        ) from exc

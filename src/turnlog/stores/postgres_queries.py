@@ -12,6 +12,8 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from turnlog.stores.postgres_schema import lock_class
+
 __all__ = ["Queries"]
 
 _EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
@@ -43,6 +45,7 @@ class Queries:
             composed = sql.SQL(text).format(s=sql.Identifier(schema))
             return composed.as_string(conn)
 
+        lock = lock_class(schema)
         session_cols = "s.id, s.created_at, s.expires_at, s.metadata::text"
         session_events = (
             f"SELECT {_EVENT_COLUMNS} FROM {{s}}.sessions s "
@@ -64,8 +67,20 @@ class Queries:
                 f"SELECT {session_cols} FROM {{s}}.sessions s "
                 "ORDER BY s.created_at DESC, s.id DESC LIMIT %s"
             ),
-            delete_session=q("SELECT {s}.delete_session(%s)"),
-            delete_expired=q("SELECT {s}.delete_expired(%s)"),
+            # A delete takes the sessions' advisory locks (exclusive) before the function
+            # deletes their rows: an append function holds the lock shared and may then update
+            # the row (a boundary), so the other order can deadlock. The function's own
+            # statements run on fresh snapshots, after the lock is held.
+            delete_session=q(
+                "SELECT {s}.delete_session(%(id)s) FROM (SELECT pg_advisory_xact_lock("
+                f"{lock}, hashtext(%(id)s::text))) AS l"
+            ),
+            delete_expired=q(
+                "SELECT {s}.delete_expired(%(before)s) FROM (SELECT count(pg_advisory_xact_lock("
+                f"{lock}, k.k)) FROM (SELECT DISTINCT hashtext(s.id) AS k FROM {{s}}.sessions s "
+                "WHERE s.expires_at IS NOT NULL AND s.expires_at <= %(before)s ORDER BY 1) AS k) "
+                "AS l"
+            ),
             # An indexed key: the index table, or a containment query for a value too long
             # to be indexed. The value is compared as jsonb text, so the type must match too.
             find_indexed=q(

@@ -34,6 +34,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import CorruptData, InvalidInput, StoreError
 
 __all__ = ["SCHEMA_VERSION", "check_schema_name", "ensure_schema", "lock_class", "migrate"]
@@ -288,6 +289,9 @@ $fn$;
 # Deleting: the session rows first (a sweep re-checks the expiry of a row whose TTL was
 # extended meanwhile, and skips it), then the exclusive advisory lock of each deleted session,
 # which waits for the appends in flight; then, with a fresh snapshot, everything of them.
+# `PostgresStore` takes those advisory locks before it calls these functions (see
+# `postgres_queries`), so that a delete never holds a session row while it waits for an
+# append that will update that row (a boundary): here they are then taken again, at no cost.
 _V1_DELETE: Final = """
 CREATE FUNCTION {s}.purge(p_gone text[]) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -550,7 +554,7 @@ def migrate(
     *,
     schema: str = "turnlog",
     partitions: int | None = None,
-    connect_timeout: float = 10.0,
+    connect_timeout: Duration = 10.0,
 ) -> int:
     """Create or upgrade the turnlog schema in the database at `dsn`; what `turnlog migrate` runs.
 
@@ -561,18 +565,19 @@ def migrate(
         schema: the PostgreSQL schema that holds the tables.
         partitions: hash-partition the events by session id into this many partitions, when
             the schema is made; None for one table (or to accept what exists).
-        connect_timeout: seconds to wait for the server.
+        connect_timeout: how long to wait for the server: seconds or a `timedelta`.
 
     Returns:
         The schema version, now `SCHEMA_VERSION`.
 
     Raises:
-        InvalidInput: a bad schema name or partition count.
+        InvalidInput: a bad schema name, partition count or `connect_timeout`.
         StoreError: the server cannot be reached; the schema is newer than this turnlog, or
             partitioned differently.
         CorruptData: the schema holds tables of something else.
     """
     schema = check_schema_name(schema)
+    connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=86_400)
     try:
         with psycopg.connect(
             dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))

@@ -28,6 +28,7 @@ from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from turnlog.codec import dump_json, from_micros, to_micros
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     InvalidInput,
     SessionAlreadyExists,
@@ -35,18 +36,25 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import Session, SessionEvent
+from turnlog.events import Session, SessionEvent, check_id
 from turnlog.stores.base import (
     Clock,
     EventFilter,
     apply_filter,
     check_batch,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
+    metadata_matches,
     utc_now,
 )
 from turnlog.stores.redis_layout import (
     SCRIPTS,
     Keys,
     batch_args,
+    check_prefix,
     decode_record,
     event_of,
     index_member,
@@ -55,6 +63,7 @@ from turnlog.stores.redis_layout import (
     split_record,
     view_of,
 )
+from turnlog.stores.url import refuse_own_parameters
 
 try:
     import redis
@@ -86,13 +95,30 @@ def _guarded(
         try:
             return method(self, *args, **kwargs)
         except (RedisError, RedisClusterException) as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, write=method.__name__ not in _READS) from exc
 
     return wrapper
 
 
-def _same(stored: object, value: object) -> bool:
-    return type(stored) is type(value) and stored == value
+# Methods that never write: a lost connection during one of them cannot have changed anything.
+_READS: Final = frozenset(
+    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view"}
+)
+
+
+def _connecting(exc: BaseException) -> bool:
+    """Whether redis-py raised `exc` while opening a connection, before any command was sent
+    on it (the frames of `Connection.connect` are on its traceback)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in ("connect", "connect_check_health") and "redis" in code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_MAX_GRACE: Final = 100 * 365 * 86_400  # seconds: a century
 
 
 class RedisStore:
@@ -103,22 +129,28 @@ class RedisStore:
             pool it opens and closes it in `close()`), or a `redis.Redis` client built with
             `decode_responses=False` (the caller keeps owning it).
         prefix: the first part of every key; several stores can share a server under different
-            prefixes. No `{`, `}` or whitespace.
+            prefixes. No `:`, braces, glob characters (`*?[]\\`), whitespace or control
+            characters (so `SCAN MATCH <prefix>:*` finds exactly this store's keys).
         clock: stamps events appended without a timestamp.
         expiry_grace: Redis deletes a session's own keys by itself this long after it expires
             (counted from the last write when it was written already expired). `delete_expired`
             should run more often than that: it also cleans the session's index entries and
-            event-id claims, which key expiry cannot reach. None: no key expiry at all.
+            event-id claims, which key expiry cannot reach. A `timedelta` or seconds; None: no
+            key expiry at all. At most a century.
         indexed_keys: the top-level metadata keys `find_by_metadata` finds through an index
             (string, integer and boolean values), as `PostgresStore` has them; None indexes
             every key. Other keys are found by a scan of all sessions.
-        timeout: socket timeout in seconds, for a store built from a URL.
+        timeout: socket timeout (seconds or a `timedelta`, at most a day), for a store built
+            from a URL.
+        connect_timeout: how long to wait for a connection to open (seconds or a `timedelta`;
+            default: `timeout`), for a store built from a URL.
         retries: how often redis-py retries a command after a connection error, for a store
             built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
             and retrying an append with the same event ids is always safe.
 
     Raises:
-        InvalidInput: a bad URL, prefix or client.
+        InvalidInput: a bad URL, prefix or client; an `expiry_grace` or `timeout` that is not
+            a positive, finite duration.
 
     Every method raises `StoreError` when the server cannot be reached or the connection drops
     (connections open lazily, on first use), and `CorruptData` for a damaged record.
@@ -130,27 +162,33 @@ class RedisStore:
         *,
         prefix: str = "turnlog",
         clock: Clock = utc_now,
-        expiry_grace: timedelta | None = timedelta(days=1),
+        expiry_grace: Duration | None = timedelta(days=1),
         indexed_keys: Iterable[str] | None = ("owner", "user_id", "principal"),
-        timeout: float = 10.0,
+        timeout: Duration = 10.0,
+        connect_timeout: Duration | None = None,
         retries: int = 0,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \t\r\n"):
-            raise InvalidInput(
-                f"a Redis key prefix is a non-empty string without braces: {prefix!r}"
-            )
-        if expiry_grace is not None and (
-            not isinstance(expiry_grace, timedelta) or expiry_grace <= timedelta(0)
-        ):
-            raise InvalidInput(
-                f"expiry_grace must be a positive timedelta or None: {expiry_grace!r}"
-            )
+        check_prefix(prefix)
+        grace = (
+            None
+            if expiry_grace is None
+            else to_seconds(expiry_grace, "expiry_grace", most=_MAX_GRACE)
+        )
+        timeout = to_seconds(timeout, "timeout", most=86_400)
+        connect_timeout = (
+            timeout
+            if connect_timeout is None
+            else to_seconds(connect_timeout, "connect_timeout", most=86_400)
+        )
         self._closed = False
         self._where = "Redis"
-        self._client, self._owned, self._where = self._connect(url_or_client, timeout, retries)
+        self._retries = retries
+        self._client, self._owned, self._where = self._connect(
+            url_or_client, timeout, connect_timeout, retries
+        )
         self._keys = Keys(prefix)
         self._clock = clock
-        self._grace_ms = None if expiry_grace is None else int(expiry_grace.total_seconds() * 1000)
+        self._grace_ms = None if grace is None else max(1, int(grace * 1000))
         self._indexed = None if indexed_keys is None else frozenset(indexed_keys)
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in SCRIPTS.items()
@@ -170,12 +208,15 @@ class RedisStore:
 
     # -- connections ------------------------------------------------------------------------
 
-    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+    def _connect(
+        self, target: str | Any, timeout: float, connect_timeout: float, retries: int
+    ) -> tuple[Any, bool, str]:
         if isinstance(target, _RedisCluster) or (
             isinstance(target, str) and "+cluster://" in target
         ):
             raise InvalidInput("this is a Redis Cluster: use RedisClusterStore for it")
         if isinstance(target, str):
+            refuse_own_parameters(target, "RedisStore")
             parts = urlsplit(target)
             where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
             try:
@@ -183,7 +224,7 @@ class RedisStore:
                     target,
                     retry=Retry(NoBackoff(), retries),
                     socket_timeout=timeout,
-                    socket_connect_timeout=timeout,
+                    socket_connect_timeout=connect_timeout,
                 )
             except ValueError as exc:
                 raise InvalidInput(f"not a Redis URL: {exc}") from exc
@@ -211,8 +252,24 @@ class RedisStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _translate(self, exc: Exception) -> StoreError:
+    def _translate(self, exc: Exception, *, write: bool) -> StoreError:
+        """The StoreError for a redis-py error; `write`: the failed call was a write.
+
+        Only a write whose command may have reached the server says it may have landed: a
+        read, or a connection that never opened (with no retries), changed nothing.
+        """
         if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            if _connecting(exc):
+                unsent = "" if not write or self._retries == 0 else " A write may have landed."
+                return StoreError(
+                    f"cannot reach {self._where} ({exc}): is the server running, and the "
+                    f"address right?{unsent}"
+                )
+            if not write:
+                return StoreError(
+                    f"lost the connection to {self._where} ({exc}) during a read: check that "
+                    "the server is up and reachable, and retry"
+                )
             return StoreError(
                 f"lost the connection to {self._where} ({exc}): check that the server is up and "
                 "reachable. A write may or may not have landed; retrying an append with the "
@@ -263,11 +320,11 @@ class RedisStore:
 
     @_guarded
     def create_session(self, session: Session) -> None:
-        self._put(session, create=True)
+        self._put(check_session(session), create=True)
 
     @_guarded
     def save_session(self, session: Session) -> None:
-        self._put(session, create=False)
+        self._put(check_session(session), create=False)
 
     def _put(self, session: Session, *, create: bool) -> None:
         keys = self._keys.session(session.id)
@@ -326,6 +383,7 @@ class RedisStore:
 
     @_guarded
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         inc, *fields = self._client.hmget(self._keys.session(session_id)[0], "inc", "c", "x", "md")
         return None if inc is None else session_of(session_id, fields)
 
@@ -344,7 +402,7 @@ class RedisStore:
 
     @_guarded
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
-        if limit is not None and limit <= 0:
+        if check_limit(limit) == 0:
             return []
         page = 200 if limit is None else max(2 * limit, 20)
         out: list[Session] = []
@@ -364,6 +422,7 @@ class RedisStore:
 
     @_guarded
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         return bool(self._delete(session_id, "", "")[0] == b"deleted")
 
     def _delete(self, session_id: str, cutoff: int | str, inc: str) -> Any:
@@ -379,7 +438,7 @@ class RedisStore:
 
     @_guarded
     def delete_expired(self, before: datetime) -> int:
-        cutoff = to_micros(before)
+        cutoff = to_micros(check_cutoff(before))
         deleted = 0
         done: set[bytes] = set()
         while True:
@@ -405,10 +464,8 @@ class RedisStore:
     @_guarded
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
         """Indexed keys are read from their index set; others by a scan of all sessions."""
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
-        if not isinstance(value, (str, int)):
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+        if not check_metadata_query(name, value):
+            return []
         key = None
         if self._indexed is None or name in self._indexed:
             key = self._keys.metadata(name, value)
@@ -416,11 +473,7 @@ class RedisStore:
             members = self._client.zrange(self._keys.created, 0, -1)
         else:
             members = sorted(self._client.smembers(key))
-        found = [
-            s
-            for s in self._sessions(members)
-            if name in s.metadata and _same(s.metadata[name], value)
-        ]
+        found = [s for s in self._sessions(members) if metadata_matches(s.metadata, name, value)]
         return sorted(found, key=lambda s: (s.created_at, s.id))
 
     # -- events -----------------------------------------------------------------------------
@@ -434,7 +487,7 @@ class RedisStore:
 
     @_guarded
     def append_event(self, event: SessionEvent) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
             return replace(event, seq=version, timestamp=event.timestamp or from_micros(now))
@@ -534,7 +587,9 @@ class RedisStore:
                 )
         self._release(dead)
 
+    @_guarded
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -585,6 +640,7 @@ class RedisStore:
 
     @_guarded
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         inc, version = self._client.hmget(self._keys.session(session_id)[0], "inc", "v")
         if inc is None:
             raise SessionNotFound(session_id)
@@ -592,6 +648,7 @@ class RedisStore:
 
     @_guarded
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         reply = self._run("view", self._keys.session(session_id)[:1], [])
         if not reply:
             raise SessionNotFound(session_id)

@@ -16,6 +16,7 @@ from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
 from turnlog.stores.redis import _ATTEMPTS, RedisStore
 from turnlog.stores.redis_layout import index_member
+from turnlog.stores.url import refuse_own_parameters
 
 try:
     from redis.backoff import NoBackoff
@@ -46,7 +47,9 @@ class RedisClusterStore(RedisStore):
         StoreError: no seed node answers (the client learns the cluster's layout at once).
     """
 
-    def _connect(self, target: str | Any, timeout: float, retries: int) -> tuple[Any, bool, str]:
+    def _connect(
+        self, target: str | Any, timeout: float, connect_timeout: float, retries: int
+    ) -> tuple[Any, bool, str]:
         if isinstance(target, _RedisCluster):
             if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
                 raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
@@ -61,6 +64,7 @@ class RedisClusterStore(RedisStore):
             raise InvalidInput(
                 f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
             )
+        refuse_own_parameters(target, "RedisClusterStore")
         nodes = []
         for seed in parts.netloc.rpartition("@")[2].split(","):
             host, _, port = seed.strip().rpartition(":")
@@ -77,7 +81,7 @@ class RedisClusterStore(RedisStore):
                 ssl=parts.scheme == "rediss+cluster",
                 retry=Retry(NoBackoff(), retries),
                 socket_timeout=timeout,
-                socket_connect_timeout=timeout,
+                socket_connect_timeout=connect_timeout,
             )
         except (RedisError, RedisClusterException) as exc:
             raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from turnlog.codec import decode_event, encode_body, from_micros, load_json, to_micros
+from turnlog.codec import decode_event, decode_session, encode_body, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
@@ -24,6 +24,7 @@ __all__ = [
     "SCRIPTS",
     "Keys",
     "batch_args",
+    "check_prefix",
     "decode_record",
     "event_of",
     "index_member",
@@ -58,6 +59,45 @@ def _escape(text: str) -> str:
     """`quote(text, safe="")`: only ASCII letters, digits and `_.-~` stay (checked first,
     because most ids are plain already)."""
     return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
+_FORBIDDEN: Final = frozenset(":{}*?[]\\")
+
+
+def check_prefix(prefix: object) -> str:
+    """`prefix` if it can be the prefix of a store's keys.
+
+    Every key of a store is `<prefix>:...`, so a prefix holds no `:`: two different prefixes
+    then never share a key (the first `:` of a key ends its prefix), and `SCAN MATCH
+    <prefix>:*` finds exactly one store's keys, because a prefix holds no glob character either.
+    No braces (a hash tag would move keys between slots), no whitespace, no control characters
+    or lone surrogates (not printable).
+
+    Raises:
+        InvalidInput: a prefix that breaks these rules.
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise InvalidInput(f"a Redis key prefix is a non-empty string, not {prefix!r}")
+    bad = sorted({c for c in prefix if _refused(c)})
+    if bad:
+        raise InvalidInput(
+            f"the Redis key prefix {prefix!r} holds {' '.join(repr(c) for c in bad)}: a prefix "
+            "may not hold ':', braces, glob characters (* ? [ ] \\), whitespace or control "
+            "characters, so that no two stores' keys can meet (with 'app' and 'app:m', one "
+            "store's keys would be the other's) and SCAN MATCH '<prefix>:*' finds one store's "
+            "keys only. Use another separator, e.g. "
+            f"{_suggest(prefix)!r}. Data that turnlog 0.1 wrote under such a prefix: see "
+            "docs/redis.md, 'Prefixes'"
+        )
+    return prefix
+
+
+def _refused(char: str) -> bool:
+    return char in _FORBIDDEN or char.isspace() or not char.isprintable()
+
+
+def _suggest(prefix: str) -> str:
+    return "".join("-" if _refused(c) else c for c in prefix).strip("-") or "turnlog"
 
 
 class Keys:
@@ -135,15 +175,14 @@ def session_of(session_id: str, fields: Sequence[bytes | None]) -> Session:
     created, expires, metadata = fields
     if created is None or expires is None or metadata is None:
         raise CorruptData(f"the record of session {session_id!r} is incomplete")
-    md = load_json(metadata, f"the metadata of session {session_id!r}")
-    if not isinstance(md, dict):
-        raise CorruptData(f"the metadata of session {session_id!r} is not a JSON object")
-    return Session(
-        id=session_id,
-        created_at=from_micros(int(created)),
-        expires_at=from_micros(int(expires)) if expires else None,
-        metadata=md,
-    )
+    try:
+        created_micros, expires_micros = int(created), int(expires) if expires else None
+    except ValueError as exc:
+        raise CorruptData(
+            f"session {session_id!r} cannot be read: a time is not an integer ({exc}). The "
+            "record is damaged; other sessions are unaffected."
+        ) from exc
+    return decode_session(session_id, created_micros, expires_micros, metadata)
 
 
 def batch_args(
@@ -164,7 +203,8 @@ def batch_args(
         except InvalidInput as exc:
             invalid = exc
     args: list[Any] = []
-    for at, e in enumerate(batch):
+    messages: set[str] | None = None  # the batch's message ids, once a boundary needs them
+    for e in batch:
         stamp = now if e.timestamp is None else to_micros(e.timestamp)
         record = _header_encoder.encode((e.id, e.type.name, stamp, int(e.synthetic)))
         record += b"\n" + encode_body(e)
@@ -176,8 +216,9 @@ def batch_args(
             args += (e.id, "C", record, 0)
         else:
             named = CompactionBoundary.from_event(e).view_event_ids
-            nearby = {x.id for x in batch[:at] + batch[at + 1 :] if x.message is not None}
-            required.update((i, None) for i in named if i not in nearby)
+            if messages is None:
+                messages = {x.id for x in batch if x.message is not None}
+            required.update((i, None) for i in named if i not in messages)
             args += (e.id, "C", record, len(named), *named)
     return args, list(required), invalid
 

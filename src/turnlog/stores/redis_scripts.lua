@@ -18,6 +18,13 @@
 --       created us, expires us (''), metadata JSON, expires ms (''), grace ms ('' = no key expiry),
 --       then the index keys to record.
 -- Returns {'ok', inc} | {'exists'} | {'changed'} (absent/present/incarnation not as believed).
+-- Everything is computed before the first write (a failed script is not rolled back).
+local kx = ''
+if ARGV[7] ~= '' and ARGV[8] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
+end
 local cur = redis.call('HGET', KEYS[1], 'inc')
 if cur then
   if ARGV[1] == 'create' then
@@ -33,12 +40,6 @@ else
     'v', '0', 'b', '0', 'bv', '')
 end
 for i = 9, #ARGV do redis.call('SADD', KEYS[3], ARGV[i]) end
-local kx = ''
-if ARGV[7] ~= '' and ARGV[8] ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
-end
 redis.call('HSET', KEYS[1], 'kx', kx)
 for i = 1, 3 do
   if kx == '' then redis.call('PERSIST', KEYS[i]) else redis.call('PEXPIREAT', KEYS[i], kx) end
@@ -49,10 +50,19 @@ return {'ok', cur}
 -- Delete a session's keys: always (ARGV[1] == ''), or only if it expires at or before ARGV[1]
 -- (us). ARGV[2]: the incarnation to delete ('' = whichever).
 -- Returns {'gone'} | {'changed'} | {'kept', expires} | {'deleted', inc, ids, reserved, indexkeys}.
+-- Times are compared as decimal strings: a Lua number (a double) is not exact past 2^53 us
+-- (the year 2255), and a session must not be deleted a microsecond before it expires.
+local function later(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return nb end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
 local m = redis.call('HMGET', KEYS[1], 'inc', 'x')
 if not m[1] then return {'gone'} end
 if ARGV[2] ~= '' and m[1] ~= ARGV[2] then return {'changed'} end
-if ARGV[1] ~= '' and (m[2] == '' or tonumber(m[2]) > tonumber(ARGV[1])) then
+if ARGV[1] ~= '' and (m[2] == '' or later(m[2], ARGV[1])) then
   return {'kept', m[2]}
 end
 local ids = {}
@@ -115,7 +125,19 @@ if ARGV[5] == '1' and ARGV[6] == '0' and ARGV[10] == '0' then
   return {'ok', ver, 1}
 end
 
--- Any batch.
+-- Any batch. Every check and every read comes before the first write: Redis does not roll a
+-- script back when it fails, so nothing may fail once writing has begun. Lists of unbounded
+-- length reach commands in chunks of 1000 arguments (Lua's unpack() fails at about 8000).
+local CHUNK = 1000
+local function hmget(fields) -- HMGET of any number of fields of the session hash
+  local out = {}
+  for i = 1, #fields, CHUNK do
+    local got = redis.call('HMGET', s, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+    for j = 1, #got do out[i + j - 1] = got[j] end
+  end
+  return out
+end
+
 local n, r = tonumber(ARGV[5]), tonumber(ARGV[6])
 local events = {}
 local at = 7
@@ -125,32 +147,25 @@ for i = 1, n do
   at = at + 4 + k
 end
 
--- The session's state and which ids it holds: one HMGET (and one more per 1000 events).
+-- The session's state and which ids it holds: one HMGET (one more per 1000 events).
+local fields = {'inc', 'v', 'kx'}
+for i = 1, n do fields[3 + i] = '#' .. events[i][2] end
+local got = hmget(fields)
+local st = {got[1], got[2], got[3]}
+if not st[1] then return {'nosession'} end
+if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return {'changed'} end
 local fresh = {}
-local st
-for i = 1, math.max(n, 1), 1000 do
-  local fields = {}
-  if i == 1 then fields = {'inc', 'v', 'kx'} end
-  local skip = #fields
-  for j = i, math.min(i + 999, n) do fields[#fields + 1] = '#' .. events[j][2] end
-  local got = redis.call('HMGET', s, unpack(fields))
-  if i == 1 then
-    st = got
-    if not st[1] then return {'nosession'} end
-    if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return {'changed'} end
-  end
-  for j = i, math.min(i + 999, n) do
-    if not got[skip + j - i + 1] then fresh[#fresh + 1] = events[j] end
-  end
+for i = 1, n do
+  if not got[3 + i] then fresh[#fresh + 1] = events[i] end
 end
 local ver = tonumber(st[2])
 local owner = ARGV[3] .. '\0' .. st[1]
 if idkeys then
-  for i = 1, #fresh, 1000 do
+  for i = 1, #fresh, CHUNK do
     local keys = {}
-    for j = i, math.min(i + 999, #fresh) do keys[#keys + 1] = KEYS[2 + fresh[j][1]] end
+    for j = i, math.min(i + CHUNK - 1, #fresh) do keys[#keys + 1] = KEYS[2 + fresh[j][1]] end
     local claims = redis.call('MGET', unpack(keys))
-    for j = i, math.min(i + 999, #fresh) do
+    for j = i, math.min(i + CHUNK - 1, #fresh) do
       local o = claims[j - i + 1]
       if o and o ~= owner then return {'foreign', fresh[j][2], o} end
     end
@@ -158,6 +173,7 @@ if idkeys then
 end
 if #fresh == 0 then return {'ok', ver, 0} end
 
+-- A refusal writes only this (cluster): the ids it claimed, so deleting the session frees them.
 local function keep_claims()
   if idkeys then return end
   for _, f in ipairs(fresh) do redis.call('SADD', reserved, f[2]) end
@@ -174,9 +190,9 @@ if r < 0 then
   return {'invalid'}
 end
 if r > 0 then
-  local fields = {}
-  for j = 0, r - 1 do fields[#fields + 1] = '#' .. ARGV[at + j] end
-  local refs = redis.call('HMGET', s, unpack(fields))
+  local names = {}
+  for j = 1, r do names[j] = '#' .. ARGV[at + j - 1] end
+  local refs = hmget(names)
   for j = 1, r do
     if not refs[j] or string.sub(refs[j], 1, 1) ~= 'M' then
       keep_claims()
@@ -185,12 +201,40 @@ if r > 0 then
   end
 end
 
--- The records, their ids and the new version: one HSET (and one MSET of the claims) per 1000.
-local last = nil -- the newest boundary of the batch
+-- The newest boundary of the batch, and the seqs before it of the events it names: those of
+-- the batch get their seqs now, the others are read from the session (all checked above).
+local last, before = nil, {}
+for j = #fresh, 1, -1 do
+  if fresh[j][3] == 'C' then
+    last = {ver + j, fresh[j]}
+    break
+  end
+end
+if last and last[2][6] > 0 then
+  local seq, f = last[1], last[2]
+  local new, slots, names = {}, {}, {}
+  for j = 1, #fresh do new[fresh[j][2]] = ver + j end
+  for j = 1, f[6] do
+    local id = ARGV[f[5] + j]
+    slots[j] = new[id]
+    if not slots[j] then
+      names[#names + 1] = '#' .. id
+      slots[j] = -#names
+    end
+  end
+  local refs = hmget(names)
+  for j = 1, f[6] do
+    local q = slots[j]
+    if q < 0 then q = refs[-q] and tonumber(string.sub(refs[-q], 2)) end
+    if q and q < seq then before[#before + 1] = q end
+  end
+end
+
+-- The writes: records, their ids and the new version (and the claims), in chunks.
 local total = ver + #fresh
-for i = 1, #fresh, 1000 do
+for i = 1, #fresh, CHUNK do
   local pairs_, claims = {}, {}
-  for j = i, math.min(i + 999, #fresh) do
+  for j = i, math.min(i + CHUNK - 1, #fresh) do
     local f, seq = fresh[j], ver + j
     pairs_[#pairs_ + 1] = seq
     pairs_[#pairs_ + 1] = f[4]
@@ -200,30 +244,15 @@ for i = 1, #fresh, 1000 do
       claims[#claims + 1] = KEYS[2 + f[1]]
       claims[#claims + 1] = owner
     end
-    if f[3] == 'C' then last = {seq, f} end
   end
-  if i + 1000 > #fresh then
+  if i + CHUNK > #fresh then
     pairs_[#pairs_ + 1] = 'v'
     pairs_[#pairs_ + 1] = total
   end
   redis.call('HSET', s, unpack(pairs_))
   if idkeys then redis.call('MSET', unpack(claims)) end
 end
-if last then
-  local seq, f = last[1], last[2]
-  local before = {}
-  if f[6] > 0 then
-    local fields = {}
-    for j = 1, f[6] do fields[j] = '#' .. ARGV[f[5] + j] end
-    for _, ref in ipairs(redis.call('HMGET', s, unpack(fields))) do
-      if ref then
-        local q = tonumber(string.sub(ref, 2))
-        if q < seq then before[#before + 1] = q end
-      end
-    end
-  end
-  redis.call('HSET', s, 'b', seq, 'bv', table.concat(before, ','))
-end
+if last then redis.call('HSET', s, 'b', last[1], 'bv', table.concat(before, ',')) end
 if not idkeys and redis.call('EXISTS', reserved) == 1 then
   for _, f in ipairs(fresh) do redis.call('SREM', reserved, f[2]) end
 end

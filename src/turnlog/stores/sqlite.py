@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from turnlog.codec import decode_event, dump_json, encode_body, from_micros, load_json, to_micros
+from turnlog.codec import decode_event, decode_session, dump_json, encode_body, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
@@ -34,6 +36,12 @@ from turnlog.stores.base import (
     apply_filter,
     check_batch,
     check_boundaries,
+    check_cutoff,
+    check_event,
+    check_limit,
+    check_metadata_query,
+    check_session,
+    metadata_matches,
     stamped,
     utc_now,
 )
@@ -69,6 +77,8 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 
 _COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
+_MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
+_NEGLIGIBLE_WAIT: Final = 0.001  # seconds of waiting for the in-process lock left uncounted
 _VERSION: Final = (
     "SELECT (SELECT max(seq) FROM turnlog_events WHERE session_id = ?1), "
     "EXISTS (SELECT 1 FROM turnlog_sessions WHERE id = ?1)"
@@ -87,12 +97,16 @@ class SqliteStore:
     Args:
         path: the database file (created with its schema when missing); ":memory:" is refused,
             use `MemoryStore`.
-        busy_timeout: seconds a writer waits for the lock before giving up with `StoreError`.
+        busy_timeout: how long a writer waits for the lock before giving up with `StoreError`,
+            in all: waiting for other threads of this store counts against it, as waiting for
+            other processes does. Seconds, or a `timedelta`; 0 gives up at once.
         synchronous: SQLite's `synchronous` setting. "NORMAL" (the default, with WAL) survives
             an application crash; a power loss may lose the last commits. "FULL" survives both.
         clock: stamps events appended without a timestamp.
 
     Raises:
+        InvalidInput: ":memory:"; a bad `synchronous`; a `busy_timeout` that is not a duration
+            (negative, NaN, infinite, over 2,000,000 seconds, a string, ...).
         CorruptData: the file is not a SQLite database, or a database of something else.
         StoreError: it was made by a newer turnlog, or cannot be opened.
     """
@@ -101,7 +115,7 @@ class SqliteStore:
         self,
         path: str | Path = "turnlog.db",
         *,
-        busy_timeout: float = 30.0,
+        busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
     ) -> None:
@@ -110,7 +124,8 @@ class SqliteStore:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise InvalidInput(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
         self.path = Path(path)
-        self._busy_timeout = busy_timeout
+        self._busy_timeout = to_seconds(busy_timeout, "busy_timeout", zero=True, most=_MAX_BUSY)
+        self._busy_ms = int(self._busy_timeout * 1000)
         self._synchronous = synchronous
         self._clock = clock
         self._local = threading.local()
@@ -161,30 +176,61 @@ class SqliteStore:
         self.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        # Threads of this process queue on a lock; other processes queue in SQLite's busy
-        # handler, which polls with sleeps and would make threads wait far longer than needed.
-        with self._write_lock:
-            yield from self._write_locked()
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection in a `BEGIN IMMEDIATE` transaction, under the write lock.
 
-    def _write_locked(self) -> Iterator[sqlite3.Connection]:
+        Threads of this process queue on a lock; other processes queue in SQLite's busy
+        handler, which polls with sleeps and would make threads wait far longer than needed.
+        Both waits together last at most `busy_timeout`: the time spent waiting for the lock is
+        taken off SQLite's busy timeout for this `BEGIN`. The caller commits or rolls back; the
+        lock is released on leaving.
+
+        Raises:
+            StoreError: the lock stayed taken past `busy_timeout`, or the file cannot be written.
+        """
         conn = self._conn()
+        started = time.monotonic()
+        if not self._write_lock.acquire(timeout=self._busy_timeout):
+            raise _translate(
+                sqlite3.OperationalError("database is locked by another thread of this store"),
+                self.path,
+            )
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.DatabaseError as exc:
-            raise _translate(exc, self.path) from exc
+            waited = time.monotonic() - started
+            try:
+                if waited < _NEGLIGIBLE_WAIT:
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    left = max(0, int((self._busy_timeout - waited) * 1000))
+                    conn.execute(f"PRAGMA busy_timeout = {left}")
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            except sqlite3.DatabaseError as exc:
+                raise _translate(exc, self.path) from exc
+            yield conn
+        finally:
+            self._write_lock.release()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._immediate() as conn:
+            yield from self._write_locked(conn)
+
+    def _write_locked(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield conn
         except sqlite3.DatabaseError as exc:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise _translate(exc, self.path) from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
-            conn.execute("ROLLBACK")
+            _rollback(conn)  # a failed COMMIT (a full disk) may have ended the transaction
             raise _translate(exc, self.path) from exc
 
     @contextmanager
@@ -238,6 +284,7 @@ class SqliteStore:
     # -- sessions ---------------------------------------------------------------------------
 
     def create_session(self, session: Session) -> None:
+        check_session(session)
         with self._write() as conn:
             try:
                 conn.execute(
@@ -249,6 +296,7 @@ class SqliteStore:
                 raise SessionAlreadyExists(session.id) from None
 
     def save_session(self, session: Session) -> None:
+        check_session(session)
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
@@ -258,6 +306,7 @@ class SqliteStore:
             )
 
     def find_session(self, session_id: str) -> Session | None:
+        check_id(session_id, "session id")
         with self._read() as conn:
             row = conn.execute(
                 "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions WHERE id = ?",
@@ -266,6 +315,7 @@ class SqliteStore:
         return None if row is None else _session(row)
 
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        limit = check_limit(limit)
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT id, created_at, expires_at, metadata FROM turnlog_sessions "
@@ -275,13 +325,14 @@ class SqliteStore:
         return [_session(r) for r in rows]
 
     def delete_session(self, session_id: str) -> bool:
+        check_id(session_id, "session id")
         with self._write() as conn:
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0
 
     def delete_expired(self, before: datetime) -> int:
-        cutoff = to_micros(before)
+        cutoff = max(min(to_micros(check_cutoff(before)), 2**63 - 1), -(2**63))
         with self._write() as conn:
             conn.execute(
                 "DELETE FROM turnlog_events WHERE session_id IN (SELECT id FROM turnlog_sessions "
@@ -296,17 +347,17 @@ class SqliteStore:
 
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
         """Any metadata key can be searched; the lookup scans the sessions table."""
-        if not isinstance(name, str):
-            raise InvalidInput("a metadata key is a string")
+        if not check_metadata_query(name, value):
+            return []
         wanted: str | int | None
         if isinstance(value, bool):
             type_name, wanted = ("true" if value else "false"), None
         elif isinstance(value, int):
-            type_name, wanted = "integer", value
-        elif isinstance(value, str):
-            type_name, wanted = "text", value
+            # SQLite's JSON functions read an integer beyond 64 bits as a float: match the
+            # type here, the value in Python below
+            type_name, wanted = "integer", (value if -(2**63) <= value < 2**63 else None)
         else:
-            raise InvalidInput("find_by_metadata compares strings, integers or booleans")
+            type_name, wanted = "text", value
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT s.id, s.created_at, s.expires_at, s.metadata FROM turnlog_sessions s "
@@ -314,7 +365,8 @@ class SqliteStore:
                 "AND j.type = ? AND (? IS NULL OR j.value = ?)) ORDER BY s.created_at, s.id",
                 (name, type_name, wanted, wanted),
             ).fetchall()
-        return [_session(r) for r in rows]
+        found = [_session(r) for r in rows]
+        return [s for s in found if metadata_matches(s.metadata, name, value)]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -344,12 +396,7 @@ class SqliteStore:
         """
         body = encode_body(event)
         micros = to_micros(event.timestamp or self._clock())
-        conn = self._conn()
-        with self._write_lock:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as exc:
-                raise _translate(exc, self.path) from exc
+        with self._immediate() as conn:
             done = False
             try:
                 row = conn.execute(_VERSION, (session_id,)).fetchone()
@@ -370,10 +417,10 @@ class SqliteStore:
                 raise _translate(exc, self.path) from exc
             finally:
                 if not done:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
 
     def append_event(self, event: SessionEvent) -> SessionEvent:
-        check_batch(event.session_id, [event], 0)
+        check_batch(check_event(event).session_id, [event], 0)
         stored = self._append(event.session_id, [event], None, want_copies=True)[1]
         if stored:
             return stored[0]
@@ -502,6 +549,7 @@ class SqliteStore:
         return [batch[i] for i in keep], [bodies[i] for i in keep]
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
         if flt.active_view:
             return apply_filter(self.view(session_id), flt)
@@ -522,10 +570,12 @@ class SqliteStore:
         return apply_filter([_event(r) for r in rows], flt)
 
     def version(self, session_id: str) -> int:
+        check_id(session_id, "session id")
         with self._read() as conn:
             return self._locked_version(conn, session_id)
 
     def view(self, session_id: str) -> list[SessionEvent]:
+        check_id(session_id, "session id")
         with self._read() as conn:
             row = conn.execute(
                 "SELECT boundary_seq FROM turnlog_sessions WHERE id = ?", (session_id,)
@@ -623,15 +673,7 @@ def _session_row(session: Session) -> tuple[Any, ...]:
 
 
 def _session(row: Any) -> Session:
-    metadata = load_json(row[3], f"the metadata of session {row[0]!r}")
-    if not isinstance(metadata, dict):
-        raise CorruptData(f"the metadata of session {row[0]!r} is not a JSON object")
-    return Session(
-        id=row[0],
-        created_at=from_micros(row[1]),
-        expires_at=None if row[2] is None else from_micros(row[2]),
-        metadata=metadata,
-    )
+    return decode_session(row[0], row[1], row[2], row[3])
 
 
 def _event(row: Any) -> SessionEvent:
@@ -646,8 +688,20 @@ def _event(row: Any) -> SessionEvent:
     )
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End the open transaction, if SQLite has not ended it already (a failed COMMIT)."""
+    if conn.in_transaction:
+        with suppress(sqlite3.OperationalError):  # SQLite ended it meanwhile
+            conn.execute("ROLLBACK")
+
+
 def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
     text = str(exc)
+    if "full" in text:  # SQLITE_FULL: "database or disk is full"
+        return StoreError(
+            f"{path} cannot grow: the disk (or the database's max_page_count) is full ({text}). "
+            "Nothing of this write was stored; free disk space and retry"
+        )
     if "not a database" in text or "malformed" in text:
         return CorruptData(
             f"{path} is not a readable SQLite database ({text}): check the path, or restore the "
@@ -657,5 +711,10 @@ def _translate(exc: sqlite3.DatabaseError, path: Path) -> StoreError:
         return StoreError(
             f"{path} stayed locked by another writer past the busy timeout ({text}): "
             "retry, or raise busy_timeout"
+        )
+    if "unable to open" in text and not path.parent.is_dir():
+        return StoreError(
+            f"cannot create {path}: the directory {path.parent} does not exist; create it first, "
+            "or pick another path"
         )
     return StoreError(f"SQLite error on {path}: {text}")

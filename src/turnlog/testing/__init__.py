@@ -1,6 +1,7 @@
 """Test support shipped in the wheel: the store contract suite and fakes.
 
-`StoreContract` needs pytest; import it from `turnlog.testing.contract`.
+`StoreContract` needs pytest and hypothesis (`pip install 'turnlog[testing]'`); import it
+from `turnlog.testing.contract`.
 """
 
 from turnlog.testing.fakes import FakeClock, ScriptedChatModel
@@ -9,7 +10,7 @@ __all__ = ["FakeClock", "ScriptedChatModel"]
 
 
 def __getattr__(name: str) -> object:
-    # StoreContract imports pytest; load it only when asked for.
+    # StoreContract imports pytest and hypothesis; load it only when asked for.
     if name == "StoreContract":
         from turnlog.testing.contract import StoreContract
 

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
+from turnlog.errors import InvalidInput
 from turnlog.events import Message
 
 __all__ = ["FakeClock", "ScriptedChatModel"]
@@ -17,6 +18,9 @@ class ScriptedChatModel:
     Each entry of `replies` is used once, in order: a string becomes an assistant message, a
     `Message` is returned as is, an exception is raised, and a callable is called with the
     messages. When the script runs out, the last entry repeats.
+
+    Raises:
+        InvalidInput: `replies` is empty.
     """
 
     def __init__(
@@ -25,7 +29,9 @@ class ScriptedChatModel:
     ) -> None:
         self.replies = list(replies)
         if not self.replies:
-            raise ValueError("a scripted chat model needs at least one reply")
+            raise InvalidInput(
+                "a scripted chat model needs at least one reply: ScriptedChatModel(['...'])"
+            )
         self.calls: list[list[Message]] = []
         self._lock = threading.Lock()
 

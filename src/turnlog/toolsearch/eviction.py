@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Final
 
+from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput
 from turnlog.toolsearch.base import ToolIndexEvictionStrategy
 
@@ -41,20 +42,6 @@ MonotonicClock = Callable[[], float]
 _log: Final = logging.getLogger("turnlog.toolsearch")
 
 
-def _seconds(ttl: object) -> float:
-    if isinstance(ttl, timedelta):
-        seconds = ttl.total_seconds()
-    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-        seconds = float(ttl)
-    else:
-        raise InvalidInput(
-            f"ttl must be a timedelta or a number of seconds, got {type(ttl).__name__}"
-        )
-    if math.isnan(seconds) or seconds <= 0:
-        raise InvalidInput(f"ttl must be positive, got {ttl!r}")
-    return seconds
-
-
 class TtlEvictionStrategy:
     """Clears the index of every session idle for at least `ttl`.
 
@@ -67,15 +54,17 @@ class TtlEvictionStrategy:
     of sessions it returns. A clock that goes backwards is treated as standing still.
 
     Args:
-        ttl: the idle time after which a session's index is cleared: a `timedelta` or seconds.
+        ttl: the idle time after which a session's index is cleared: a `timedelta` or a
+            number of seconds (as every duration in turnlog; see `turnlog.durations`).
         clock: seconds from a monotonic source; `time.monotonic` by default.
 
     Raises:
-        InvalidInput: `ttl` is zero, negative, NaN or not a duration.
+        InvalidInput: `ttl` is zero, negative, NaN, infinite or not a duration.
     """
 
-    def __init__(self, ttl: timedelta | float, *, clock: MonotonicClock = time.monotonic) -> None:
-        self._ttl = _seconds(ttl)
+    def __init__(self, ttl: Duration, *, clock: MonotonicClock = time.monotonic) -> None:
+        self._span = to_timedelta(ttl, "ttl")
+        self._ttl = self._span.total_seconds()
         self._clock = clock
         self._lock = threading.Lock()
         self._last_access: OrderedDict[str, float] = OrderedDict()
@@ -84,7 +73,7 @@ class TtlEvictionStrategy:
     @property
     def ttl(self) -> timedelta:
         """The configured time to live."""
-        return timedelta(seconds=self._ttl)
+        return self._span
 
     def on_access(self, session_id: str) -> set[str]:
         """Record an access to `session_id` now.
