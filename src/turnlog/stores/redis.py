@@ -558,6 +558,9 @@ class RedisStore:
         except VersionConflict:
             self._tails.forget(session_id)
             return None
+        except SessionNotFound:
+            self._tails.forget(session_id)
+            raise
         self._note(session_id, batch, version, after, inc, done)
         return done
 
