@@ -619,9 +619,25 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
     assert blocks, "README.md has no python example"
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
-    assert capsys.readouterr().out.strip()
+    lines = capsys.readouterr().out.splitlines()
+    # What the README says the example does: the first two turns (the tool-call turn's four
+    # messages and the next two) are covered; the model is sent the system prompt, then the
+    # last two turns; the log holds the 11 messages and the boundary.
+    assert re.fullmatch(r"covered 6 events, ~\d+ tokens", lines[0]), lines[0]
+    assert int(lines[0].split("~")[1].split()[0]) > 0
+    assert lines[1:6] == [
+        "   system: You are a concise travel assistant.",
+        "     user: Where to eat it?",
+        "assistant: Pastéis de Belém, near the monastery.",
+        "     user: How do I get there?",
+        "assistant: Tram 15E from Praça da Figueira, about 30 minutes.",
+    ]
+    assert lines[6] == "12 events in the log: the 11 messages and the boundary"
+    # the second example, on the default store
+    assert lines[7:] == ["SqliteStore 1"]
 
 
 def test_docs_link_to_each_other():

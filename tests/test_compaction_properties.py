@@ -2,7 +2,9 @@
 
 Whatever is appended and however it is compacted: the log is never changed, the view is a
 projection of the log, a turn is never split, the newest turn always stays, a tool result never
-loses the call it answers, and custom events never reach the view.
+loses the call it answers, and custom events never reach the view. Every pass is also checked
+against `expected_pass`, an oracle written from the compaction guide's rules (not from the
+strategy's code): which events it pins, covers and preserves, or that it leaves the view alone.
 """
 
 import tempfile
@@ -27,6 +29,7 @@ from turnlog import (
     ToolCall,
     ToolResult,
     WindowCompactionStrategy,
+    event_text,
 )
 
 AUDIT = EventType.of("ACME.AUDIT")
@@ -241,6 +244,70 @@ def check_pass(op, result, log_before, view_before, log, view, summarizers):
         assert list(request.preserved) == preserved
 
 
+def view_parts(view, summarizing):
+    """(system messages, pinned, prior summary, conversation) of a view, by the guide's rules."""
+    systems = [e for e in view if e.role == "system"]
+    first_turn = next((i for i, e in enumerate(view) if e.starts_turn), len(view))
+    head = [e for e in view[:first_turn] if e.role != "system"]
+    prior = [e for e in head if e.synthetic]
+    preamble = [e for e in head if not e.synthetic]
+    conversation = [e for e in view[first_turn:] if e.role != "system"]
+    pinned = systems[-1:] + preamble + ([] if summarizing else prior)
+    return systems, pinned, prior, conversation
+
+
+def expected_pass(view, window, summarizing):
+    """The guide's rules for one pass, written out plainly: (pinned, covered, preserved) ids, or
+    None when the pass leaves the view alone (before asking any summarizer).
+
+    1. The latest system message is pinned at the front; earlier ones are covered by a cut.
+    2. The events before the first turn (not system, not a summary) are a preamble: pinned.
+    3. A prior summary is pinned without a summarizer, covered (and replaced) with one.
+    4. The window gives a raw cut in the conversation (the rest, systems left out); it moves
+       forward to the next turn start, and back to the newest turn if none is left.
+    Pinned events take no event or turn slot and come off a token budget first.
+    """
+    systems, pinned, prior, conversation = view_parts(view, summarizing)
+    size = window.size
+    if window.kind == "last_events":
+        cut = max(0, len(conversation) - size)
+    elif window.kind == "last_turns":
+        starts = [i for i, e in enumerate(conversation) if e.starts_turn]
+        cut = starts[-size] if len(starts) > size else 0
+    else:
+        left = size - sum(len(event_text(e)) for e in pinned)  # CharCounter: one per char
+        cut = len(conversation)
+        while cut > 0 and len(event_text(conversation[cut - 1])) <= left:
+            left -= len(event_text(conversation[cut - 1]))
+            cut -= 1
+    while cut < len(conversation) and not conversation[cut].starts_turn:
+        cut += 1
+    if cut == len(conversation):  # everything would go: keep the newest turn
+        starts = [i for i, e in enumerate(conversation) if e.starts_turn]
+        cut = starts[-1] if starts else 0
+    if cut == 0:
+        return None
+    covered = systems[:-1] + conversation[:cut] + (prior if summarizing else [])
+    return (
+        [e.id for e in pinned],
+        sorted(e.id for e in covered),
+        [e.id for e in conversation[cut:]],
+    )
+
+
+def check_against_oracle(op, result, view_before):
+    _, window, which = op
+    expected = expected_pass(view_before, window, summarizing=which is not None)
+    if expected is None or which == "decline":
+        assert result.unchanged
+        return
+    assert not result.unchanged
+    pinned, covered, preserved = expected
+    assert [e.id for e in result.pinned_events] == pinned
+    assert sorted(e.id for e in result.covered_events) == covered
+    assert [e.id for e in result.preserved_events] == preserved
+
+
 def plain_pass(service, sid, window, view):
     """What the same window does without a summarizer (pure: nothing is written)."""
     request = CompactionRequest.of(service.get(sid), view)
@@ -270,6 +337,7 @@ def test_random_logs_and_compactions(kind, ops):
                 if op[0] == "compact":
                     event(f"{op[1].kind} {op[2]}: {'unchanged' if result.unchanged else 'cut'}")
                     check_pass(op, result, log, view, new_log, new_view, summarizers)
+                    check_against_oracle(op, result, view)
                     if op[2] == "decline":
                         assert result.unchanged and service.version(sid) == version
                     if plain is not None and op[1].kind != "token_budget":
@@ -280,3 +348,46 @@ def test_random_logs_and_compactions(kind, ops):
                         if op[2] == "summarize" and called:
                             assert result.preserved_events == plain.preserved_events
                 log, view = new_log, new_view
+
+
+# a log built for one pass: a preamble, turns, maybe an earlier pass, more turns
+pass_setup = st.tuples(
+    st.lists(st.one_of(assistant_op, system_op, custom_op), max_size=2),
+    st.lists(turn_op, min_size=1, max_size=8),
+    st.one_of(st.none(), compact_op),
+    st.lists(st.one_of(turn_op, turn_op, loose_op), max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=pass_setup, data=st.data())
+def test_one_pass_keeps_what_the_oracle_keeps(setup, data):
+    """Windows sized against the view at hand, so the raw cut lands on every kind of event and
+    a token budget on the exact size of a suffix (and one token either side of it)."""
+    preamble, turns, earlier, more = setup
+    with SessionService(MemoryStore()) as service:
+        sid = service.create(uid()).id
+        summarizers = {"summarize": Summarizer(), "decline": Summarizer(declining=True)}
+        for op in [*preamble, *turns, *([earlier] if earlier else []), *more]:
+            apply(service, sid, op, summarizers)
+        view = service.view(sid)
+        which = data.draw(st.sampled_from([None, "summarize", "decline"]), label="summarizer")
+        kind = data.draw(st.sampled_from(["last_events", "last_turns", "token_budget"]))
+        if kind == "last_events":
+            window = CompactionWindow.last_events(data.draw(st.integers(1, len(view) + 1)))
+        elif kind == "last_turns":
+            turns_in_view = sum(e.starts_turn for e in view)
+            window = CompactionWindow.last_turns(data.draw(st.integers(1, turns_in_view + 1)))
+        else:
+            _, pinned, _, conversation = view_parts(view, which is not None)
+            # a suffix that starts a turn (where the budget's edge matters most) or anywhere
+            starts = [i for i, e in enumerate(conversation) if e.starts_turn]
+            at = data.draw(
+                st.sampled_from(starts) | st.integers(0, len(conversation)), label="suffix"
+            )
+            exact = sum(len(event_text(e)) for e in pinned + conversation[at:])
+            window = CompactionWindow.token_budget(max(1, exact + data.draw(st.integers(-1, 1))))
+        op = ("compact", window, which)
+        result = apply(service, sid, op, summarizers)
+        event(f"{kind} {which}: {'unchanged' if result.unchanged else 'cut'}")
+        check_against_oracle(op, result, view)

@@ -122,11 +122,24 @@ class TestClusterOnly(_OnCluster):
         )
         admin = redis.Redis(host=node.host, port=node.port)
         rng = random.Random(3)
-        outcomes = {"ok": 0, "StoreError": 0}
+        outcomes = {"ok": 0, "StoreError": 0, "interrupted": 0}
+        text = "x" * 200
+        store.create_session(Session("calibrate", datetime.now(UTC)))
+        sample = [SessionEvent.for_message("calibrate", Message.user(text)) for _ in range(3000)]
+        started = time.perf_counter()
+        store.append_events("calibrate", sample, 0)
+        span = time.perf_counter() - started
+        delay = span / 2
+        rounds = 0
         try:
-            for round_ in range(6):
+            # At least 6 rounds, and on until 2 kills interrupted a write (at most 20): a
+            # staircase moves the kill earlier after a round that finished unharmed. A kill
+            # interrupted the write when the writer had to reconnect to finish (redis-py
+            # retries the claims and the idempotent script) or raised StoreError.
+            while rounds < 6 or (outcomes["interrupted"] < 2 and rounds < 20):
+                round_ = rounds
+                rounds += 1
                 version = store.version("s")
-                text = "x" * 200
                 batch = [
                     SessionEvent.for_message("s", Message.user(text), event_id=f"r{round_}-{i}")
                     for i in range(3000)
@@ -141,17 +154,23 @@ class TestClusterOnly(_OnCluster):
 
                 writer = threading.Thread(target=write)
                 writer.start()
-                time.sleep(rng.uniform(0.005, 0.2))
+                time.sleep(delay * rng.uniform(0.8, 1.2))
                 admin.client_kill_filter(_type="normal", skipme=True)
+                connections = admin.info("stats")["total_connections_received"]
                 writer.join(30)
                 assert all(isinstance(e, StoreError) for e in errors), errors
                 outcomes["StoreError" if errors else "ok"] += 1
+                reconnected = admin.info("stats")["total_connections_received"] > connections
+                interrupted = bool(errors) or reconnected
+                outcomes["interrupted"] += interrupted
+                delay = min(span * 3, max(0.001, delay * (1.2 if interrupted else 0.7)))
                 assert store.version("s") in (version, version + 3000)
                 assert store.append_events("s", batch, version) == version + 3000
             log = store.events("s")
-            assert len(log) == 18_000 and len({e.id for e in log}) == 18_000
+            assert len(log) == rounds * 3000 and len({e.id for e in log}) == rounds * 3000
         finally:
             admin.close()
+        assert outcomes["interrupted"] >= 1, f"no kill interrupted a write: {outcomes}"
         print(f"killed appends: {outcomes}")
 
     def test_a_connection_killed_during_the_script_raises_store_error(self, store):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import signal
 import time
 import uuid
 from collections import Counter
@@ -147,7 +148,7 @@ def append_batch(kind, url, prefix, sid, round_, ready):
     ]
     ready.set()
     store.append_events(sid, batch, version)
-    store.close()
+    time.sleep(120)  # until killed: the kill always finds the writer alive
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -223,6 +224,14 @@ def test_compactions_racing_appends_land_whole_or_conflict(target):
 def test_a_writer_killed_mid_batch_leaves_all_or_nothing(target):
     kind, url, prefix, store = target
     store.create_session(Session("crash", datetime.now(UTC)))
+    store.create_session(Session("calibrate", datetime.now(UTC)))
+    sample = [
+        SessionEvent.for_message("calibrate", Message.user("x" * 110)) for _ in range(CRASH_BATCH)
+    ]
+    started = time.perf_counter()
+    store.append_events("calibrate", sample, 0)
+    span = time.perf_counter() - started
+    delay = span
     ctx = _context()
     rng = random.Random(7)
     landed = 0
@@ -234,16 +243,21 @@ def test_a_writer_killed_mid_batch_leaves_all_or_nothing(target):
         deadline = time.monotonic() + 30
         while not ready.wait(0.05):
             assert writer.is_alive() and time.monotonic() < deadline, "the writer died early"
-        time.sleep(rng.uniform(0, 0.1))
-        writer.kill()  # SIGKILL (a writer that finished already is left alone)
+        time.sleep(delay * rng.uniform(0.8, 1.2))
+        writer.kill()  # SIGKILL; the writer never exits by itself
         writer.join(30)
+        assert writer.exitcode == -signal.SIGKILL, f"round {round_}: exit code {writer.exitcode}"
         count = store.version("crash") - before
         assert count in (0, CRASH_BATCH), f"round {round_}: {count} of {CRASH_BATCH} landed"
         landed += count == CRASH_BATCH
+        # A staircase around the moment a batch lands: kill sooner after a batch landed, later
+        # after one did not, so the kills keep hitting appends in flight.
+        delay = min(span * 5, max(0.001, delay * (0.7 if count else 1.4)))
         event = SessionEvent.for_message(
             "crash", Message.user("still here"), event_id=f"after-{round_}"
         )
         assert store.append_events("crash", [event], before + count) == before + count + 1
+    assert 0 < landed < CRASHES, f"{landed} of {CRASHES} landed: the kills missed the writes"
     log = store.events("crash")
     _check_log(log)
     assert len(log) == landed * CRASH_BATCH + CRASHES

@@ -12,9 +12,12 @@ from turnlog import (
     CorruptData,
     EventType,
     InvalidInput,
+    MemoryStore,
     Message,
     SessionEvent,
     SessionNotFound,
+    SessionService,
+    SqliteStore,
     WindowCompactionStrategy,
     event_text,
 )
@@ -264,6 +267,24 @@ def test_project_reports_a_boundary_naming_a_missing_event():
         CompactionBoundary.project([u, boundary.to_event(sid)])
 
 
+@pytest.mark.parametrize("role", ["pinned", "summary", "preserved"])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_project_refuses_a_boundary_naming_a_custom_event(role, where):
+    """Only message events are ever in a view: a boundary that names an event of the
+    application's own type (stored before it, or after it as a summary would be) is damage."""
+    sid = "s1"
+    u = SessionEvent.for_message(sid, Message.user("u"))
+    audit = SessionEvent.for_payload(sid, AUDIT, {"k": 1})
+    ids = {"pinned": (), "summary": (), "preserved": ()}
+    ids[role] = (audit.id,)
+    boundary = CompactionBoundary(
+        new_id(), ids["pinned"], ids["summary"], ids["preserved"], 1, 0, "x"
+    ).to_event(sid)
+    log = [u, audit, boundary] if where == "before" else [u, boundary, audit]
+    with pytest.raises(CorruptData, match=audit.id):
+        CompactionBoundary.project(log)
+
+
 def test_project_without_a_boundary_is_the_message_events():
     sid = "s1"
     u = SessionEvent.for_message(sid, Message.user("u"))
@@ -336,3 +357,75 @@ def test_an_unchanged_result_carries_the_current_view(service):
     service.append_message(sid, Message.user("u1"))
     result = service.compact(sid, always, strategy(CompactionWindow.last_events(5)))
     assert result.unchanged and list(result.view) == service.view(sid)
+
+
+class AppendsAfterTheFirstRead:
+    """A real store whose first `version()` or `view()` read, once armed, is followed by an
+    append from another handle on the same data: a writer that lands between compact's reads."""
+
+    def __init__(self, inner, other):
+        self.inner, self.other = inner, other
+        self.armed_for = None
+        self.reads = []
+
+    def arm(self, session_id):
+        self.armed_for = session_id
+
+    def _after_read(self, what, session_id):
+        self.reads.append(what)
+        if self.armed_for == session_id:
+            self.armed_for = None
+            self.other.append_event(
+                SessionEvent.for_message(session_id, Message.user("between the reads"))
+            )
+
+    def version(self, session_id):
+        out = self.inner.version(session_id)
+        self._after_read("version", session_id)
+        return out
+
+    def view(self, session_id):
+        out = self.inner.view(session_id)
+        self._after_read("view", session_id)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def racing_store(request, tmp_path):
+    if request.param == "memory":
+        inner = MemoryStore()
+        other = inner  # one process, one dict: the same object is the other handle
+    else:
+        inner = SqliteStore(tmp_path / "race.db")
+        other = SqliteStore(tmp_path / "race.db")
+    yield AppendsAfterTheFirstRead(inner, other)
+    if other is not inner:
+        other.close()
+    inner.close()
+
+
+def test_an_append_between_the_version_and_the_view_reads_is_a_conflict(racing_store):
+    """The version must be read before the view: then a writer landing between the two reads
+    makes the version stale and the append conflicts. Read the other way round, the pass would
+    compact a view that lacks the new message at the new version, and silently drop it."""
+    service = SessionService(racing_store)
+    sid = service.create().id
+    for text in ("u1", "a1", "u2", "a2"):
+        role = Message.user if text[0] == "u" else Message.assistant
+        service.append_message(sid, role(text))
+
+    racing_store.arm(sid)
+    result = service.compact(sid, always, strategy(CompactionWindow.last_turns(1), new_summary))
+
+    assert result.conflict and result.unchanged and result.boundary is None
+    assert racing_store.reads[:2] == ["version", "view"]
+    log = service.events(sid)
+    assert len(log) == 5 and not any(e.type == EventType.COMPACTION for e in log)
+    assert [e.message.text for e in service.view(sid)][-1] == "between the reads"
+
+    again = service.compact(sid, always, strategy(CompactionWindow.last_turns(1), new_summary))
+    assert not again.conflict and again.boundary is not None
+    assert [e.message.text for e in service.view(sid)][-1] == "between the reads"

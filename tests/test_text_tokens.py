@@ -1,7 +1,7 @@
 """event_text, the token counters, and the per-event count cache."""
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 from turnlog import (
     CharCounter,
     EventType,
+    MemoryStore,
     Message,
     O200kCounter,
+    Session,
     SessionEvent,
+    SqliteStore,
     TokenCounter,
     ToolCall,
     ToolResult,
@@ -225,3 +228,48 @@ def test_a_counter_that_cannot_be_weakly_referenced_gets_a_private_cache():
     first = event_tokens(counter)
     assert first.of(stored(Message.user("x"))) == 7
     assert event_tokens(counter) is not first
+
+
+class Words:
+    """Counts words, so two texts of one length can have different counts."""
+
+    def count(self, text):
+        return len(text.split())
+
+
+@pytest.mark.parametrize(
+    ("other_session", "other_text", "other_time"),
+    [
+        ("chat", "hello there my friend", NOW),  # same id, seq and time; another length
+        ("chat", "a b c d e", NOW + timedelta(seconds=1)),  # same length ("abcdefghi"), time
+        ("other", "a b c d e", NOW),  # same id, seq, time and length; another session
+    ],
+    ids=["text-length", "timestamp", "session"],
+)
+def test_the_shared_cache_keeps_two_stores_events_apart(
+    tmp_path, other_session, other_text, other_time
+):
+    """Two stores may hold events with one id (ids are unique only within a store): one counter
+    shared by their services must not hand one store's count to the other's event."""
+    counter = Words()
+    first, second = MemoryStore(), SqliteStore(tmp_path / "second.db")
+    for store, session_id, text, at in (
+        (first, "chat", "abcdefghi", NOW),
+        (second, other_session, other_text, other_time),
+    ):
+        store.create_session(Session(id=session_id, created_at=NOW))
+        event = SessionEvent.for_message(
+            session_id, Message.user(text), event_id="e1", timestamp=at
+        )
+        store.append_events(session_id, [event], 0)
+    [a] = first.events("chat")
+    [b] = second.events(other_session)
+    second.close()
+    assert (a.id, a.seq) == (b.id, b.seq)
+
+    tokens = event_tokens(counter)
+    expected = {"a": counter.count(event_text(a)), "b": counter.count(event_text(b))}
+    assert expected["a"] != expected["b"]
+    assert tokens.of(a) == expected["a"]
+    assert tokens.of(b) == expected["b"]
+    assert tokens.counts([b, a]) == [expected["b"], expected["a"]]

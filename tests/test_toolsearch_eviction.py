@@ -160,6 +160,23 @@ def test_a_clock_that_goes_back_is_treated_as_standing_still(clock):
     assert ttl.on_access("c") == {"a", "b"}
 
 
+def test_accesses_while_the_clock_is_behind_count_as_the_latest_time_seen(clock):
+    """After the clock jumps back, accesses are stamped with the latest time seen, not the
+    earlier reading: nothing expires early, and expiry resumes once the clock catches up."""
+    ttl = TtlEvictionStrategy(10, clock=clock)
+    ttl.on_access("a")  # 1000
+    clock.now = 900.0
+    assert ttl.on_access("b") == set()  # stamped 1000, not 900
+    clock.now = 905.0
+    assert ttl.on_access("a") == set()  # b is now the oldest entry
+    clock.now = 910.0
+    assert ttl.on_access("x") == set()  # b idle 10 by the raw clock: must be kept
+    clock.now = 1009.5
+    assert ttl.on_access("x") == set()
+    clock.now = 1010.0
+    assert ttl.on_access("y") == {"a", "b"}  # x was touched at 1009.5
+
+
 # -- LRU ---------------------------------------------------------------------------------------
 
 

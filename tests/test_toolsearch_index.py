@@ -382,3 +382,84 @@ def test_a_thousand_tools_index_and_search(index):
     )
     assert index.size("big") == 1000
     assert hits and hits[0].name.split("_")[0] in {"hotel", "flight"}
+
+
+# -- BM25 ranking: the input order never matches the expected order ---------------------------
+
+
+def described(name, description, parameters=None):
+    return ToolReference(name, description, parameters)
+
+
+def ranked(tools, query, **weights):
+    with Bm25ToolIndex(**weights) as idx:
+        idx.index_tools("s", tools)
+        hits = idx.search("s", query, max_results=len(tools))
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    return hits
+
+
+FILLERS = [
+    described("alpha_tool", "unrelated widget adjuster"),
+    described("beta_tool", "another gadget fixer"),
+    described("gamma_tool", "sprocket maker for plants"),
+]
+
+
+def test_bm25_more_occurrences_of_the_word_rank_higher():
+    once = described("first_tool", "report summary for finance team")
+    twice = described("second_tool", "report report for finance team")
+    hits = ranked([once, *FILLERS, twice], "report")
+    assert names(hits) == ["second_tool", "first_tool"]
+    assert hits[0].score > hits[1].score > 0
+
+
+def test_bm25_a_rare_word_outweighs_a_common_one():
+    common = [described(f"c{i}_tool", f"common thing number {w}") for i, w in enumerate("xyz")]
+    rare = described("rare_tool", "rare thing number w")
+    hits = ranked([*common, *FILLERS, rare], "common rare")
+    assert names(hits)[0] == "rare_tool"
+    assert set(names(hits)[1:]) == {"c0_tool", "c1_tool", "c2_tool"}
+    assert hits[0].score > hits[1].score
+
+
+def test_bm25_a_shorter_text_with_the_word_ranks_higher():
+    long = described("long_tool", "ledger export with many more words about nothing at all")
+    short = described("short_tool", "ledger export")
+    assert names(ranked([long, *FILLERS, short], "ledger")) == ["short_tool", "long_tool"]
+
+
+def test_bm25_matching_more_query_words_ranks_higher():
+    one = described("one_tool", "shows the weather")
+    two = described("two_tool", "shows the weather forecast")
+    three = described("three_tool", "shows the weather forecast per city")
+    hits = ranked([one, two, *FILLERS, three], "weather forecast city")
+    assert names(hits) == ["three_tool", "two_tool", "one_tool"]
+
+
+def test_bm25_field_weights_decide_between_name_description_and_parameters():
+    in_params = described(
+        "sync_files",
+        "copies things",
+        {"type": "object", "properties": {"invoice": {"type": "string"}}},
+    )
+    in_description = described("fetch_records", "finds an invoice")
+    in_name = described("invoice_lookup", "finds records")
+    tools = [in_params, in_description, *FILLERS, in_name]
+    assert names(ranked(tools, "invoice")) == ["invoice_lookup", "fetch_records", "sync_files"]
+    turned = {"name_weight": 1.0, "description_weight": 2.0, "parameters_weight": 8.0}
+    assert names(ranked(tools, "invoice", **turned))[0] == "sync_files"
+    no_names = {"name_weight": 0.0, "description_weight": 4.0, "parameters_weight": 1.0}
+    assert names(ranked(tools, "invoice", **no_names))[0] == "fetch_records"
+
+
+def test_bm25_ties_keep_the_indexed_order():
+    same = [described(n, "convert currency amounts") for n in ("x_one", "x_two", "x_three")]
+    with Bm25ToolIndex() as idx:
+        idx.index_tools("forward", [*FILLERS, *same])
+        idx.index_tools("backward", [*reversed(same), *FILLERS])
+        forward = idx.search("forward", "currency")
+        backward = idx.search("backward", "currency")
+    assert names(forward) == ["x_one", "x_two", "x_three"]
+    assert names(backward) == ["x_three", "x_two", "x_one"]
+    assert len({h.score for h in forward + backward}) == 1
