@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -10,12 +11,13 @@ from typing import Protocol, overload, runtime_checkable
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Role, Session, SessionEvent, check_id, check_json
-from turnlog.rules import EMPTY_TAIL, check_append, needs_tail, tail_of
+from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 
 __all__ = [
     "Clock",
     "EventFilter",
     "SessionStore",
+    "TailMemory",
     "apply_filter",
     "check_batch",
     "check_boundaries",
@@ -336,7 +338,7 @@ def check_rules_at(
     expected: int | None,
     read_tail: Callable[[], tuple[int, TailRows]],
     stored: Callable[[list[str]], set[str]],
-) -> int | None:
+) -> tuple[int | None, Tail | None]:
     """The view-rule check of a store that reads the end of the log before a version-checked
     write (PostgreSQL, Redis): the write must then be conditioned on the version returned.
 
@@ -347,9 +349,11 @@ def check_rules_at(
         stored: given ids, returns those the session holds already.
 
     Returns:
-        The version the write must be conditioned on; None when the check cannot apply
-        because the log is not at `expected` (the write then raises `VersionConflict`, or
-        skips a retry's stored events).
+        The version the write must be conditioned on (None when the check cannot apply
+        because the log is not at `expected`: the write then raises `VersionConflict`, or
+        skips a retry's stored events), and the log's `Tail` once the whole batch is written
+        (None when it is not known: the log's end was not read, or part of the batch is a
+        retry of events stored already). A store may remember that tail (`TailMemory`).
 
     Raises:
         InvalidInput: the new events of `batch` break a view rule.
@@ -362,24 +366,68 @@ def check_rules_at(
             if len(fresh) == len(batch):
                 raise
             check_append(EMPTY_TAIL, fresh)
-        return expected
+        return expected, None
     version, rows = read_tail()
     try:
         if expected is not None and version != expected:
-            return None
+            return None, None
         tail = tail_of(rows)
     finally:
         close = getattr(rows, "close", None)
         if close is not None:
             close()
     try:
-        check_append(tail, batch)
+        return version, check_append(tail, batch)
     except InvalidInput:
         fresh = _fresh(batch, stored)
         if len(fresh) == len(batch):
             raise
         check_append(tail, fresh)
-    return version
+    return version, None
+
+
+class TailMemory:
+    """What one store handle remembers of the logs it appended to last, so that its next
+    append checks the view rules without reading the end of the log.
+
+    An entry is (version, fence, `Tail`): the log's version after this handle's last append,
+    a token of the store's choosing that the write is also conditioned on (the newest event
+    id, or the session's incarnation: a version alone cannot tell a session that another
+    handle deleted and created again), and the tail after that append. An entry is only a
+    guess: the store conditions its write on (version, fence), and when that write fails it
+    forgets the entry and reads the log. Thread-safe; bounded (cleared at `limit` entries).
+    """
+
+    __slots__ = ("_entries", "_limit", "_lock")
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._entries: dict[str, tuple[int, str, Tail]] = {}
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> tuple[int, str, Tail] | None:
+        """The entry of `session_id`, or None."""
+        return self._entries.get(session_id)
+
+    def remember(self, session_id: str, version: int, fence: str, tail: Tail) -> None:
+        """Remember the log of `session_id` at `version`, its `fence` and its `tail`."""
+        with self._lock:
+            if len(self._entries) >= self._limit and session_id not in self._entries:
+                self._entries.clear()
+            self._entries[session_id] = (version, fence, tail)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the entry of `session_id`, if any."""
+        with self._lock:
+            self._entries.pop(session_id, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _fresh(

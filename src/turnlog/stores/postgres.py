@@ -47,9 +47,11 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.rules import Tail, check_append
 from turnlog.stores.base import (
     Clock,
     EventFilter,
+    TailMemory,
     TailRows,
     apply_filter,
     check_batch,
@@ -102,6 +104,19 @@ _DIRECT_ONE: Final = (
     "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
     "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
     "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
+    "RETURNING seq"
+)
+
+# The same, fenced for an append at a tail this handle remembers: the event at seq v must
+# still be the one this handle wrote last (a version alone cannot tell a session deleted and
+# created again). No row back, or a unique violation, means the memory is stale.
+_FENCED_ONE: Final = (
+    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
+    "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint AND e.id = %(last)s::text) "
     "RETURNING seq"
 )
 
@@ -284,6 +299,7 @@ class PostgresStore:
         self._clock = clock
         self._timeout = connect_timeout
         self._closed = False
+        self._tails = TailMemory()  # fenced by the newest event id
         self._owned = isinstance(dsn_or_pool, str)
         self._idle: list[psycopg.Connection[Any]] = []  # warm connections, newest last
         self._idle_lock = threading.Lock()
@@ -328,10 +344,11 @@ class PostgresStore:
                 # Unpartitioned, a version-checked single append needs no function: one plain
                 # statement (no plpgsql, no SPI) does the lock, the check and the insert.
                 self._direct_one: str | None = None
+                self._fenced_one: str | None = None
                 if _partition_count(conn, self.schema) is None:
-                    self._direct_one = (
-                        sql.SQL(_DIRECT_ONE).format(s=sql.Identifier(self.schema)).as_string(conn)
-                    )
+                    name = sql.Identifier(self.schema)
+                    self._direct_one = sql.SQL(_DIRECT_ONE).format(s=name).as_string(conn)
+                    self._fenced_one = sql.SQL(_FENCED_ONE).format(s=name).as_string(conn)
         except BaseException:
             self.close()
             raise
@@ -423,12 +440,14 @@ class PostgresStore:
 
     def delete_session(self, session_id: str) -> bool:
         check_id(session_id, "session id")
+        self._tails.forget(session_id)
         with self._conn("deleting session", session_id) as conn:
             row = conn.execute(self._q.delete_session, {"id": session_id}).fetchone()
         return row is not None and row[0] > 0
 
     def delete_expired(self, before: datetime) -> int:
         check_cutoff(before)
+        self._tails.clear()
         with self._conn("deleting expired sessions") as conn:
             row = conn.execute(self._q.delete_expired, {"before": before}).fetchone()
         return 0 if row is None else int(row[0])
@@ -471,25 +490,40 @@ class PostgresStore:
         check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
-        if check_rules:
-            self._check_rules(session_id, batch, expected_version)
-        return self._append(session_id, batch, expected_version)[0]
+        if not check_rules:
+            return self._append(session_id, batch, expected_version)[0]
+        done = self._append_remembered(session_id, batch, expected_version)
+        if done is not None:
+            return done[0]
+        at, after = self._check_rules(session_id, batch, expected_version)
+        version = self._append(session_id, batch, expected_version)[0]
+        self._note(session_id, batch, at, after, version)
+        return version
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
         if check_rules:
+            done: tuple[int, datetime | None] | None = self._append_remembered(
+                event.session_id, [event], None
+            )
             for _ in range(_MAX_ATTEMPTS):
-                at = self._check_rules(event.session_id, [event], None)
-                try:  # conditioned on the version the rules were checked at
-                    version, written = self._append(event.session_id, [event], at)
+                if done is not None:
                     break
+                at, after = self._check_rules(event.session_id, [event], None)
+                try:  # conditioned on the version the rules were checked at
+                    done = self._append(event.session_id, [event], at)
                 except VersionConflict:
                     continue  # another writer appended meanwhile: check again
+                if done[1] is None:  # a retry: stored before
+                    self._tails.forget(event.session_id)
+                else:
+                    self._note(event.session_id, [event], at, after, done[0])
             else:  # pragma: no cover - each lost attempt means another writer won
                 raise StoreError(
                     f"could not append to session {event.session_id!r} after {_MAX_ATTEMPTS} "
                     "attempts: other writers keep winning; retry later"
                 )
+            version, written = done
         else:
             version, written = self._append(event.session_id, [event], None)
         if written is not None:
@@ -498,6 +532,71 @@ class PostgresStore:
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
         return found
+
+    def _append_remembered(
+        self, session_id: str, batch: list[SessionEvent], expected: int | None
+    ) -> tuple[int, datetime | None] | None:
+        """Append one event without reading the log: check the rules against the tail this
+        handle remembers and condition the insert on its version and newest event id.
+
+        Returns the new version and the time stamped, or None when the memory cannot decide
+        (nothing remembered, another version expected, a batch, the event refused at the
+        remembered tail, or the log moved on): nothing was written and the caller reads.
+        """
+        known = self._tails.get(session_id)
+        if (
+            known is None
+            or self._fenced_one is None
+            or len(batch) != 1
+            or batch[0].type == EventType.COMPACTION
+            or (expected is not None and expected != known[0])
+        ):
+            return None
+        version, last, tail = known
+        one = batch[0]
+        try:
+            after = check_append(tail, batch)
+        except InvalidInput:  # maybe a retry, maybe a broken rule: the log decides
+            self._tails.forget(session_id)
+            return None
+        now = self._clock()
+        params = {
+            "sid": session_id,
+            "v": version,
+            "last": last,
+            "id": one.id,
+            "type": one.type.name,
+            "ts": to_micros(now if one.timestamp is None else one.timestamp),
+            "role": one.role,
+            "syn": one.synthetic,
+            "body": encode_body(one),
+        }
+        with self._conn("appending to session", session_id) as conn:
+            try:
+                row = conn.execute(self._fenced_one, params).fetchone()
+            except psycopg.DatabaseError as exc:
+                if exc.sqlstate not in _RETRYABLE:
+                    raise
+                row = None
+        if row is None or row[0] is None:
+            self._tails.forget(session_id)
+            return None
+        self._tails.remember(session_id, int(row[0]), one.id, after)
+        return int(row[0]), now
+
+    def _note(
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        at: int | None,
+        after: Tail | None,
+        version: int,
+    ) -> None:
+        """Remember the tail after an append that wrote all of `batch` at version `at`."""
+        if at is not None and after is not None and batch and version == at + len(batch):
+            self._tails.remember(session_id, version, batch[-1].id, after)
+        else:
+            self._tails.forget(session_id)
 
     def _append(
         self, session_id: str, events: list[SessionEvent], expected: int | None
@@ -646,8 +745,9 @@ class PostgresStore:
 
     def _check_rules(
         self, session_id: str, batch: list[SessionEvent], expected: int | None
-    ) -> int | None:
-        """Check the view rules against the end of the log; returns the version to write at.
+    ) -> tuple[int | None, Tail | None]:
+        """Check the view rules against the end of the log; returns the version to write at
+        and the tail after the batch (see `check_rules_at`).
 
         The log is read before the write, so the write must be conditioned on the version
         returned (an append only ever extends the rows read).

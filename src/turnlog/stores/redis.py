@@ -37,9 +37,11 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import Session, SessionEvent, check_id
+from turnlog.rules import Tail, check_append
 from turnlog.stores.base import (
     Clock,
     EventFilter,
+    TailMemory,
     TailRows,
     apply_filter,
     check_batch,
@@ -198,6 +200,7 @@ class RedisStore:
         }
         self._incs: dict[str, str] = {}
         self._incs_lock = threading.Lock()
+        self._tails = TailMemory()  # fenced by the session's incarnation
 
     @property
     def client(self) -> Any:
@@ -435,6 +438,7 @@ class RedisStore:
         reply = self._run("delete", self._keys.session(session_id), [cutoff, inc])
         if reply[0] == b"deleted":
             self._forget(session_id)
+            self._tails.forget(session_id)
             member = index_member(session_id, reply[1].decode())
             self._drop_index(member, reply[4])
             self._release(
@@ -494,25 +498,33 @@ class RedisStore:
         check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
-        if check_rules:
-            self._check_rules(session_id, batch, expected_version)
-        return self._append(session_id, batch, expected_version)[0]
+        if not check_rules:
+            return self._append(session_id, batch, expected_version)[0]
+        done = self._append_remembered(session_id, batch, expected_version)
+        if done is not None:
+            return done[0]
+        at, after, inc = self._check_rules(session_id, batch, expected_version)
+        done = self._append(session_id, batch, expected_version)
+        self._note(session_id, batch, at, after, inc, done)
+        return done[0]
 
     @_guarded
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
         if check_rules:
+            done = self._append_remembered(event.session_id, [event], None)
             for _ in range(_ATTEMPTS):
-                at = self._check_rules(event.session_id, [event], None)
-                try:  # conditioned on the version the rules were checked at
-                    version, appended, now = self._append(
-                        event.session_id, [event], -1 if at is None else at
-                    )
+                if done is not None:
                     break
+                at, after, inc = self._check_rules(event.session_id, [event], None)
+                try:  # conditioned on the version the rules were checked at
+                    done = self._append(event.session_id, [event], -1 if at is None else at)
                 except VersionConflict:
                     continue  # another writer appended meanwhile: check again
+                self._note(event.session_id, [event], at, after, inc, done)
             else:
                 raise StoreError(f"session {event.session_id!r} kept changing; retry")
+            version, appended, now = done
         else:
             version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
@@ -522,10 +534,63 @@ class RedisStore:
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
         return found
 
+    def _append_remembered(
+        self, session_id: str, batch: list[SessionEvent], expected: int | None
+    ) -> tuple[int, int, int] | None:
+        """Append without reading the log: check the rules against the tail this handle
+        remembers and condition the write on its version and the session's incarnation.
+
+        Returns what `_append` returns, or None when the memory cannot decide (nothing
+        remembered, another version expected, the batch refused at the remembered tail, or
+        the log moved on): nothing was written and the caller reads the log.
+        """
+        known = self._tails.get(session_id)
+        if known is None or (expected is not None and expected != known[0]):
+            return None
+        version, inc, tail = known
+        try:
+            after = check_append(tail, batch)
+        except InvalidInput:  # maybe a retry, maybe a broken rule: the log decides
+            self._tails.forget(session_id)
+            return None
+        try:
+            done = self._append(session_id, batch, version, fence=inc)
+        except VersionConflict:
+            self._tails.forget(session_id)
+            return None
+        except SessionNotFound:
+            self._tails.forget(session_id)
+            raise
+        self._note(session_id, batch, version, after, inc, done)
+        return done
+
+    def _note(
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        at: int | None,
+        after: Tail | None,
+        inc: str | None,
+        done: tuple[int, int, int],
+    ) -> None:
+        """Remember the tail after an append that wrote all of `batch` at version `at`."""
+        version, appended, _ = done
+        if (
+            at is not None
+            and after is not None
+            and inc
+            and appended == len(batch)
+            and version == at + len(batch)
+        ):
+            self._tails.remember(session_id, version, inc, after)
+        else:
+            self._tails.forget(session_id)
+
     def _append(
-        self, session_id: str, batch: list[SessionEvent], expected: int
+        self, session_id: str, batch: list[SessionEvent], expected: int, *, fence: str = ""
     ) -> tuple[int, int, int]:
-        """Append under the version check (`expected` -1: at the end).
+        """Append under the version check (`expected` -1: at the end), and when `fence` is
+        given, only to that incarnation of the session (else `VersionConflict`).
 
         Returns the new version, how many events were appended, and the time stamped on them
         (µs since the epoch).
@@ -534,7 +599,7 @@ class RedisStore:
         args, required, invalid = batch_args(batch, now)
         tail = [len(batch), -1 if invalid else len(required), *args, *required]
         for _ in range(_ATTEMPTS):
-            reply = self._attempt(session_id, batch, expected, tail)
+            reply = self._attempt(session_id, batch, expected, tail, fence)
             if reply is None:
                 continue
             tag = reply[0]
@@ -544,6 +609,8 @@ class RedisStore:
                 raise SessionNotFound(session_id)
             if tag == b"conflict":
                 raise VersionConflict(session_id, expected, int(reply[1]))
+            if tag == b"changed" and fence:  # deleted and created again: a new log
+                raise VersionConflict(session_id, expected, -1)
             if tag == b"unknown":
                 raise InvalidInput(
                     "a compaction event names events that are not message events of this "
@@ -555,9 +622,15 @@ class RedisStore:
         raise StoreError(f"session {session_id!r} kept changing during an append; retry")
 
     def _attempt(
-        self, session_id: str, batch: list[SessionEvent], expected: int, tail: list[Any]
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        expected: int,
+        tail: list[Any],
+        fence: str = "",
     ) -> Any:
-        """Run the append script once, the batch's event-id keys among its keys.
+        """Run the append script once, the batch's event-id keys among its keys (fenced by
+        the incarnation `fence` unless it is empty).
 
         Returns the script's reply, or None to run it again (claims of dead incarnations were
         released).
@@ -566,7 +639,7 @@ class RedisStore:
             InvalidInput: an id is claimed by another live session.
         """
         keys = self._keys.session(session_id)[:2] + [self._keys.event(e.id) for e in batch]
-        reply = self._run("append", keys, [expected, "", session_id, "1", *tail])
+        reply = self._run("append", keys, [expected, fence, session_id, "1", *tail])
         if reply[0] == b"foreign":
             self._clear_claims(session_id, batch)
             return None
@@ -574,26 +647,32 @@ class RedisStore:
 
     def _check_rules(
         self, session_id: str, batch: list[SessionEvent], expected: int | None
-    ) -> int | None:
-        """Check the view rules against the end of the log; returns the version to write at.
+    ) -> tuple[int | None, Tail | None, str | None]:
+        """Check the view rules against the end of the log.
 
-        The log is read before the write, so the write must be conditioned on the version
-        returned (an append only ever extends the records read).
+        Returns the version to write at, the tail after the batch (see `check_rules_at`) and
+        the incarnation read (None when the log was not read). The log is read before the
+        write, so the write must be conditioned on the version returned (an append only ever
+        extends the records read).
         """
         key = self._keys.session(session_id)[:1]
+        inc: str | None = None
 
         def read_tail() -> tuple[int, TailRows]:
+            nonlocal inc
             reply = self._run("tail", key, [_TAIL_PAGE, ""])
             if not reply:
                 raise SessionNotFound(session_id)
             version = int(reply[1])
+            inc = reply[0].decode()
             return version, self._tail_rows(session_id, key, reply[0], version, reply[2:])
 
         def stored(ids: list[str]) -> set[str]:
             found = self._client.hmget(key[0], ["#" + i for i in ids])
             return {i for i, ref in zip(ids, found, strict=True) if ref is not None}
 
-        return check_rules_at(batch, expected, read_tail, stored)
+        at, after = check_rules_at(batch, expected, read_tail, stored)
+        return at, after, inc
 
     def _tail_rows(
         self, session_id: str, key: list[str], inc: bytes, seq: int, records: list[Any]

@@ -88,18 +88,23 @@ class RedisClusterStore(RedisStore):
         return client, True, where
 
     def _attempt(
-        self, session_id: str, batch: list[SessionEvent], expected: int, tail: list[Any]
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        expected: int,
+        tail: list[Any],
+        fence: str = "",
     ) -> Any:
-        """Claim the batch's ids for the session's incarnation, then run the append script
-        fenced by that incarnation.
+        """Claim the batch's ids for the session's incarnation (`fence` when given), then run
+        the append script fenced by that incarnation.
 
         Returns the script's reply, or None to run it again (the incarnation was dead: its
-        claims are released).
+        claims are released; with a `fence`, the 'changed' reply itself).
 
         Raises:
             InvalidInput: an id is claimed by another live session.
         """
-        inc = self._incarnation(session_id)
+        inc = fence or self._incarnation(session_id)
         owner = index_member(session_id, inc)
         fresh = self._reserve(session_id, batch, owner)
         reply = self._run(
@@ -108,7 +113,7 @@ class RedisClusterStore(RedisStore):
         if reply[0] in (b"changed", b"nosession"):
             self._forget(session_id)  # a dead incarnation: its claims can go
             self._release((self._keys.event(i), owner) for i in fresh)
-            if reply[0] == b"changed":
+            if reply[0] == b"changed" and not fence:
                 return None
         return reply
 

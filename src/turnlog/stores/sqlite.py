@@ -49,6 +49,7 @@ from turnlog.rules import (
 from turnlog.stores.base import (
     Clock,
     EventFilter,
+    TailMemory,
     apply_filter,
     check_batch,
     check_boundaries,
@@ -161,7 +162,7 @@ class SqliteStore:
         self._write_lock = threading.Lock()
         # session -> (version, newest event id, Tail) after this handle's last one-event append;
         # used (under the write lock) only while that event is still the newest of the log
-        self._tails: dict[str, tuple[int, str, Tail]] = {}
+        self._tails = TailMemory()
         self._closed = False
         self._ensure_schema()
 
@@ -357,7 +358,7 @@ class SqliteStore:
     def delete_session(self, session_id: str) -> bool:
         check_id(session_id, "session id")
         with self._write() as conn:
-            self._tails.pop(session_id, None)
+            self._tails.forget(session_id)
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0
@@ -466,7 +467,7 @@ class SqliteStore:
                     conn.execute("COMMIT")
                     done = True
                     if tail is not None:
-                        self._remember_tail(session_id, expected + 1, event.id, tail)
+                        self._tails.remember(session_id, expected + 1, event.id, tail)
                     return expected + 1
                 return None
             except sqlite3.DatabaseError as exc:
@@ -716,11 +717,6 @@ class SqliteStore:
         if known is not None and known[0] == last[0] and known[1] == last[1]:
             return known[2]
         return self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
-
-    def _remember_tail(self, session_id: str, version: int, event_id: str, tail: Tail) -> None:
-        if len(self._tails) >= 10_000:
-            self._tails.clear()
-        self._tails[session_id] = (version, event_id, tail)
 
     def _tail(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
         """The log's `Tail`, from its newest row `last` (a `_NEWEST` row, None for an empty

@@ -276,6 +276,73 @@ class ViewRuleContract(ContractBase):
             if other is not store:
                 other.close()
 
+    def test_another_handles_appends_are_seen(
+        self, store: SessionStore, sid: str, tmp_path: Path
+    ) -> None:
+        """A handle's memory of the log's end is stale once another handle appended: its
+        next append is judged on the log as it is."""
+        other = self.open_again(store, tmp_path)
+        try:
+            store.append_event(_user(sid))
+            store.append_event(_calls(sid, "c1"))  # this handle: the call c1 is open
+            other.append_event(_results(sid, "c1"))
+            other.append_event(_user(sid, "next"))
+            late = _results(sid, "c1")  # c1 was answered (R1)
+            with pytest.raises(InvalidInput, match="R1"):
+                store.append_event(late)
+            with pytest.raises(VersionConflict):  # at the version this handle wrote last
+                store.append_events(sid, [late], 2)
+            with pytest.raises(InvalidInput, match="R1"):
+                store.append_events(sid, [late], 4)
+            assert store.version(sid) == 4
+            assert store.append_event(_reply(sid)).seq == 5
+            other.append_events(sid, [_user(sid, "more"), _calls(sid, "c2")], 5)
+            assert store.append_event(_results(sid, "c2")).seq == 8
+            assert store.append_event(_user(sid, "last")).seq == 9
+            assert [e.role for e in store.events(sid)][-3:] == ["assistant", "tool", "user"]
+        finally:
+            if other is not store:
+                other.close()
+
+    def test_a_session_re_created_by_another_handle_is_checked_afresh(
+        self, store: SessionStore, sid: str, tmp_path: Path
+    ) -> None:
+        """As above on `append_event`: the new log is at the version this handle remembers,
+        and its end does not have the call this handle remembers open."""
+        other = self.open_again(store, tmp_path)
+        try:
+            store.append_event(_user(sid))
+            store.append_event(_calls(sid, "c1"))
+            assert other.delete_session(sid)
+            other.create_session(session_at(sid))
+            other.append_event(_user(sid))
+            other.append_event(_reply(sid))
+            with pytest.raises(InvalidInput, match="R1"):
+                store.append_event(_results(sid, "c1"))
+            with pytest.raises(InvalidInput, match="R1"):
+                store.append_events(sid, [_results(sid, "c1")], 2)
+            assert [e.role for e in store.events(sid)] == ["user", "assistant"]
+            assert store.append_event(_user(sid, "next")).seq == 3
+        finally:
+            if other is not store:
+                other.close()
+
+    def test_a_retried_event_does_not_mislead_the_next_check(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        """Re-sending a stored call writes nothing: the call is not open again afterwards."""
+        call = _calls(sid, "c1")
+        store.append_event(_user(sid))
+        store.append_event(call)
+        store.append_event(_results(sid, "c1"))
+        assert store.append_event(call).seq == 2  # a retry: stored before
+        assert store.append_events(sid, [call], 3) == 3
+        with pytest.raises(InvalidInput, match="R1"):
+            store.append_event(_results(sid, "c1"))
+        with pytest.raises(InvalidInput, match="R1"):
+            store.append_events(sid, [_results(sid, "c1")], 3)
+        assert store.version(sid) == 3
+
     def _answer(self, store: SessionStore, sid: str, call: str, n: int) -> None:
         event = _results(sid, call)
         if n % 2:
