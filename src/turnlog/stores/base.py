@@ -359,13 +359,7 @@ def check_rules_at(
         InvalidInput: the new events of `batch` break a view rule.
     """
     if not needs_tail(batch):
-        try:
-            check_append(EMPTY_TAIL, batch)
-        except InvalidInput:
-            fresh = _fresh(batch, stored)
-            if len(fresh) == len(batch):
-                raise
-            check_append(EMPTY_TAIL, fresh)
+        _check_new(EMPTY_TAIL, batch, stored)
         return expected, None
     version, rows = read_tail()
     try:
@@ -376,14 +370,23 @@ def check_rules_at(
         close = getattr(rows, "close", None)
         if close is not None:
             close()
+    return version, _check_new(tail, batch, stored)
+
+
+def _check_new(
+    tail: Tail, batch: list[SessionEvent], stored: Callable[[list[str]], set[str]]
+) -> Tail | None:
+    """`check_append(tail, batch)`; when that refuses, the events of `batch` not stored yet are
+    checked instead (a retry skips the rest). Returns the tail after the whole batch, or None
+    when part of it was a retry."""
     try:
-        return version, check_append(tail, batch)
+        return check_append(tail, batch)
     except InvalidInput:
         fresh = _fresh(batch, stored)
         if len(fresh) == len(batch):
             raise
         check_append(tail, fresh)
-    return version, None
+    return None
 
 
 class TailMemory:
