@@ -58,7 +58,7 @@ from turnlog import (  # noqa: E402
     SqliteStore,
     WindowCompactionStrategy,
 )
-from turnlog.stores.base import SessionStore  # noqa: E402
+from turnlog.stores.protocol import SessionStore  # noqa: E402
 from turnlog.tokens import event_tokens  # noqa: E402
 
 POSTGRES_DSN = os.environ.get(

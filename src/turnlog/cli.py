@@ -50,7 +50,7 @@ from turnlog.events import SessionEvent, check_id
 from turnlog.importers import read_conversations
 from turnlog.rules import check_messages
 from turnlog.service import SessionService
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.stores.sqlite import SqliteStore
 from turnlog.stores.url import open_store, store_url
 

@@ -1,3 +1,5 @@
+# Generated from src/turnlog/service_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
 """`SessionService`: the one place where stores and compaction meet."""
 
 from __future__ import annotations
@@ -13,17 +15,22 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.compaction._checks import check_function, describe
+from turnlog.compaction.running import fires, run_pass
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
 from turnlog.rules import repair_messages
-from turnlog.stores.base import Clock, EventFilter, SessionStore, utc_now
+from turnlog.stores.base import Clock, EventFilter, utc_now
+from turnlog.stores.protocol import SessionStore
 
 __all__ = ["SessionService"]
 
 
 class SessionService:
     """Sessions, their logs, their views, and compaction, over one store.
+
+    Use it as a context manager (`with SessionService(store) as service:`), or call
+    `close()`: closing the service closes the store and its connections.
 
     Args:
         store: where sessions live; None opens `SqliteStore("turnlog.db")` in the working
@@ -40,7 +47,7 @@ class SessionService:
         self._clock = clock
 
     def close(self) -> None:
-        """Close the store."""
+        """Close the store (and so its connections or pool)."""
         self.store.close()
 
     def __enter__(self) -> SessionService:
@@ -294,9 +301,9 @@ class SessionService:
         version = self.store.version(session.id)
         view = self.store.view(session.id)
         request = CompactionRequest.of(session, view)
-        if not trigger(request):
+        if not fires(trigger, request):
             return CompactionResult.nothing(view)
-        result = strategy.compact(request)
+        result = run_pass(strategy, request)
         to_append = result.events_to_append(session.id)
         if not to_append:
             return result

@@ -3,7 +3,7 @@ types."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeAlias
 
@@ -43,8 +43,10 @@ class CompactionRequest:
         return cls(session, tuple(view), count_turns(view))
 
 
-CompactionTrigger: TypeAlias = Callable[[CompactionRequest], bool]
-"""Decides whether to compact: any callable taking a `CompactionRequest` and returning a bool."""
+CompactionTrigger: TypeAlias = Callable[[CompactionRequest], bool | Awaitable[bool]]
+"""Decides whether to compact: any callable taking a `CompactionRequest` and returning a bool.
+
+`AsyncSessionService` also awaits a trigger that returns an awaitable (an async function)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +63,13 @@ class SummaryRequest:
     """The recent events that stay, for continuity."""
 
 
-CompactionSummarizer: TypeAlias = Callable[[SummaryRequest], list[Message]]
-"""Condenses what leaves the view into the messages of a summary turn; `[]` declines."""
+CompactionSummarizer: TypeAlias = Callable[
+    [SummaryRequest], list[Message] | Awaitable[list[Message]]
+]
+"""Condenses what leaves the view into the messages of a summary turn; `[]` declines.
+
+An async summarizer (one that returns an awaitable) is awaited by `AsyncSessionService`; the
+blocking `SessionService` refuses it with `InvalidInput`."""
 
 
 @dataclass(frozen=True, slots=True)

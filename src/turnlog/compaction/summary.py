@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
 from turnlog.compaction._checks import check_function, describe
@@ -35,15 +36,18 @@ DEFAULT_SHADOW_PROMPT = "Remind me what we have covered so far in this conversat
 
 
 class ChatModel(Protocol):
-    """The least a summarizer needs from a chat model: one blocking completion."""
+    """The least a summarizer needs from a chat model: one completion.
 
-    def complete(self, messages: Sequence[Message]) -> Message:
+    `complete` may be an `async def` (it then returns an awaitable), for `AsyncSessionService`.
+    """
+
+    def complete(self, messages: Sequence[Message]) -> Message | Awaitable[Message]:
         """The model's reply to `messages`."""
         ...
 
 
-ChatFunction = Callable[[Sequence[Message]], Message]
-"""A chat model as a plain function: the messages in, the reply out."""
+ChatFunction = Callable[[Sequence[Message]], Message | Awaitable[Message]]
+"""A chat model as a plain function: the messages in, the reply out (or an async function)."""
 
 
 def _completion(chat_model: object) -> ChatFunction:
@@ -151,8 +155,23 @@ class ChatModelSummarizer:
         )
         return [Message.system(self.system_prompt), Message.user("\n\n".join(parts))]
 
-    def __call__(self, request: SummaryRequest) -> list[Message]:
+    def __call__(self, request: SummaryRequest) -> list[Message] | Awaitable[list[Message]]:
+        """The summary turn for `request`; `[]` declines.
+
+        With an async chat model (`async def complete`, or an async function) this returns an
+        awaitable, which `AsyncSessionService` awaits.
+        """
         reply = self._complete(self.prompt(request))
+        if inspect.isawaitable(reply):
+            return self._summary_async(request, reply)
+        return self._summary_turn(request, reply)
+
+    async def _summary_async(
+        self, request: SummaryRequest, reply: Awaitable[object]
+    ) -> list[Message]:
+        return self._summary_turn(request, await reply)
+
+    def _summary_turn(self, request: SummaryRequest, reply: object) -> list[Message]:
         if not isinstance(reply, Message):
             raise InvalidInput(
                 f"the summarizer's chat model returned {describe(reply)}, not a Message: "

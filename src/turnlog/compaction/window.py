@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
@@ -122,7 +123,41 @@ class WindowCompactionStrategy:
         return f"WindowCompactionStrategy({self.window}, summarizer={self.summarizer!r})"
 
     def compact(self, request: CompactionRequest) -> CompactionResult:
-        """One pass over `request.view`. See the class docstring."""
+        """One pass over `request.view`. See the class docstring.
+
+        Raises:
+            InvalidInput: the summarizer is async (it returned an awaitable): run the pass with
+                `compact_async`, as `AsyncSessionService` does.
+        """
+        plan = self._plan(request)
+        if isinstance(plan, CompactionResult):
+            return plan
+        messages: Sequence[Message] = []
+        if plan.summary_request is not None and self.summarizer is not None:
+            reply = self.summarizer(plan.summary_request)
+            if inspect.isawaitable(reply):
+                if inspect.iscoroutine(reply):
+                    reply.close()
+                raise InvalidInput(
+                    "the summarizer is async (it returned an awaitable): compact with "
+                    "AsyncSessionService, or call compact_async; nothing was written"
+                )
+            messages = reply
+        return self._finish(request, plan, messages)
+
+    async def compact_async(self, request: CompactionRequest) -> CompactionResult:
+        """`compact`, awaiting the summarizer when it is async (a plain one is called as is)."""
+        plan = self._plan(request)
+        if isinstance(plan, CompactionResult):
+            return plan
+        messages: Sequence[Message] = []
+        if plan.summary_request is not None and self.summarizer is not None:
+            reply = self.summarizer(plan.summary_request)
+            messages = await reply if inspect.isawaitable(reply) else reply
+        return self._finish(request, plan, messages)
+
+    def _plan(self, request: CompactionRequest) -> _Plan | CompactionResult:
+        """Everything up to the summary; an unchanged result when nothing leaves the view."""
         view = list(request.view)
         systems = [e for e in view if e.role == "system"]
         latest_system = systems[-1] if systems else None
@@ -144,20 +179,23 @@ class WindowCompactionStrategy:
             return CompactionResult.nothing(view)
         preserved = conversation[cut:]
         superseded = [e for e in systems if e is not latest_system]
-        covered_turns = conversation[:cut]
-
-        summary_messages: list[Message] = []
+        summary_request = None
         if self.summarizer is not None:
-            summary_messages = list(
-                self.summarizer(
-                    SummaryRequest(
-                        session=request.session,
-                        prior_summary=tuple(prior_summary),
-                        covered=tuple(_in_view_order(view, superseded + covered_turns)),
-                        preserved=tuple(preserved),
-                    )
-                )
+            summary_request = SummaryRequest(
+                session=request.session,
+                prior_summary=tuple(prior_summary),
+                covered=tuple(_in_view_order(view, superseded + conversation[:cut])),
+                preserved=tuple(preserved),
             )
+        return _Plan(view, pinned, preserved, summary_request)
+
+    def _finish(
+        self, request: CompactionRequest, plan: _Plan, reply: Sequence[Message]
+    ) -> CompactionResult:
+        """The result of `plan` with the summarizer's `reply` (empty without a summarizer)."""
+        view, pinned, preserved = plan.view, plan.pinned, plan.preserved
+        summary_messages = list(reply)
+        if plan.summary_request is not None:
             if not summary_messages:
                 return CompactionResult.nothing(view)
             check_summary(summary_messages, "the summarizer's summary turn")
@@ -208,6 +246,16 @@ class WindowCompactionStrategy:
                     used += counts[raw]
         # forward to the next turn start; back to the newest turn when none is left
         return next((s for s in starts if s >= raw), starts[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A pass decided up to its summary."""
+
+    view: list[SessionEvent]
+    pinned: list[SessionEvent]
+    preserved: list[SessionEvent]
+    summary_request: SummaryRequest | None
 
 
 def _in_view_order(

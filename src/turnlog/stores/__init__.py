@@ -7,8 +7,9 @@ They are left out of `__all__`, so `from turnlog.stores import *` works without 
 
 from typing import Any
 
-from turnlog.stores.base import EventFilter, SessionStore
+from turnlog.stores.base import EventFilter
 from turnlog.stores.memory import MemoryStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.stores.sqlite import SqliteStore
 from turnlog.stores.url import load_optional, open_store
 

@@ -1,4 +1,5 @@
-"""The `SessionStore` protocol, `EventFilter`, and the rules every store shares."""
+"""`EventFilter` and the rules every store shares (the store protocols are in `protocol_async.py`
+and its generated twin `protocol.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Protocol, overload, runtime_checkable
+from typing import overload
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
@@ -16,7 +17,6 @@ from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 __all__ = [
     "Clock",
     "EventFilter",
-    "SessionStore",
     "TailMemory",
     "apply_filter",
     "check_batch",
@@ -438,88 +438,3 @@ def _fresh(
 ) -> list[SessionEvent]:
     known = stored([e.id for e in batch])
     return [e for e in batch if e.id not in known]
-
-
-@runtime_checkable
-class SessionStore(Protocol):
-    """Where sessions and their logs live. Synchronous; every implementation is thread-safe.
-
-    Versions: a session's version is the number of events in its log (0 when new). Appends are
-    all or nothing. Every store passes `turnlog.testing.StoreContract`.
-    """
-
-    def create_session(self, session: Session) -> None:
-        """Store a new session. Raises `SessionAlreadyExists`."""
-        ...
-
-    def save_session(self, session: Session) -> None:
-        """Create a session or replace its expiry and metadata (its log is untouched)."""
-        ...
-
-    def find_session(self, session_id: str) -> Session | None:
-        """The session, or None."""
-        ...
-
-    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
-        """Sessions, newest first."""
-        ...
-
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session and its log; False when there was none."""
-        ...
-
-    def delete_expired(self, before: datetime) -> int:
-        """Delete the sessions (and logs) that expire at or before `before`; returns how many."""
-        ...
-
-    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
-        """The sessions whose metadata has `name` equal to `value`."""
-        ...
-
-    def append_events(
-        self,
-        session_id: str,
-        events: Sequence[SessionEvent],
-        expected_version: int,
-        *,
-        check_rules: bool = True,
-    ) -> int:
-        """Append all of `events` or none; returns the new version.
-
-        Events whose id the session holds already are skipped (a retry is a no-op). The events
-        that are new must keep the view rules (`turnlog.rules`), checked against the end of the
-        log inside the same write; `check_rules=False` stores them as they are (importing a
-        broken transcript on purpose; `SessionService.view_messages` repairs the view).
-
-        Raises:
-            SessionNotFound: no such session.
-            VersionConflict: the log is not at `expected_version`; nothing was written.
-            InvalidInput: a bad batch, an id that another session holds, or an event that
-                would break a view rule; nothing was written.
-        """
-        ...
-
-    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
-        """Append one event at the end, whatever the version; returns it as stored.
-
-        Raises:
-            InvalidInput: as `append_events` (the view rules are checked at the end of the log
-                as it is when the event lands).
-        """
-        ...
-
-    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
-        """The session's events (the whole log by default), oldest first."""
-        ...
-
-    def version(self, session_id: str) -> int:
-        """The number of events in the session's log."""
-        ...
-
-    def view(self, session_id: str) -> list[SessionEvent]:
-        """The active view, in view order; reads only what it returns (and the newest boundary)."""
-        ...
-
-    def close(self) -> None:
-        """Release connections; the store is unusable afterwards."""
-        ...

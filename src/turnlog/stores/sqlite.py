@@ -119,6 +119,17 @@ _INSERT: Final = (
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
+def check_options(
+    path: str | Path, busy_timeout: Duration, synchronous: Synchronous
+) -> tuple[Path, float]:
+    """The path and the busy timeout in seconds, checked as `SqliteStore` documents."""
+    if str(path) == ":memory:":
+        raise InvalidInput("SqliteStore needs a file; use MemoryStore for an in-memory store")
+    if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise InvalidInput(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
+    return Path(path), to_seconds(busy_timeout, "busy_timeout", zero=True, most=_MAX_BUSY)
+
+
 class SqliteStore:
     """Sessions in one SQLite file; safe across threads and processes.
 
@@ -147,12 +158,7 @@ class SqliteStore:
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
     ) -> None:
-        if str(path) == ":memory:":
-            raise InvalidInput("SqliteStore needs a file; use MemoryStore for an in-memory store")
-        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise InvalidInput(f"synchronous must be OFF, NORMAL, FULL or EXTRA: {synchronous!r}")
-        self.path = Path(path)
-        self._busy_timeout = to_seconds(busy_timeout, "busy_timeout", zero=True, most=_MAX_BUSY)
+        self.path, self._busy_timeout = check_options(path, busy_timeout, synchronous)
         self._busy_ms = int(self._busy_timeout * 1000)
         self._synchronous = synchronous
         self._clock = clock

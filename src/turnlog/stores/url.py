@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from turnlog.errors import InvalidInput
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 
 __all__ = ["SCHEMES", "URL_PARAMETERS", "open_store", "store_url"]
 

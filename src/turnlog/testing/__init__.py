@@ -1,7 +1,7 @@
 """Test support shipped in the wheel: the store contract suite and fakes.
 
-`StoreContract` needs pytest and hypothesis (`pip install 'turnlog[testing]'`); import it
-from `turnlog.testing.contract`.
+`StoreContract` and `AsyncStoreContract` need pytest and hypothesis
+(`pip install 'turnlog[testing]'`); they load when first asked for.
 """
 
 from turnlog.testing.fakes import FakeClock, ScriptedChatModel
@@ -15,4 +15,8 @@ def __getattr__(name: str) -> object:
         from turnlog.testing.contract import StoreContract
 
         return StoreContract
+    if name == "AsyncStoreContract":
+        from turnlog.testing.contract_async import AsyncStoreContract
+
+        return AsyncStoreContract
     raise AttributeError(f"module 'turnlog.testing' has no attribute {name!r}")

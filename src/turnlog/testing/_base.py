@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from turnlog.events import EventType, Message, Session, SessionEvent
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 
 __all__ = ["AUDIT", "T0", "ContractBase", "msg", "session_at", "turn"]
 

@@ -22,7 +22,8 @@ import pytest
 from turnlog.compaction import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import EventType, Message, SessionEvent, ToolCall, ToolResult
-from turnlog.stores.base import EventFilter, SessionStore
+from turnlog.stores.base import EventFilter
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 from turnlog.testing.contract_atomicity import AtomicityContract
 from turnlog.testing.contract_races import RaceContract

@@ -15,7 +15,7 @@ import pytest
 from turnlog.compaction import CompactionBoundary
 from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import ContractBase, msg, session_at
 
 __all__ = ["AtomicityContract"]

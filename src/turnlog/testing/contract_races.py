@@ -16,7 +16,7 @@ import pytest
 
 from turnlog.errors import SessionNotFound, VersionConflict
 from turnlog.events import Message
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import ContractBase, msg, session_at, turn
 
 __all__ = ["RaceContract"]

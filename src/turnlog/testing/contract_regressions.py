@@ -12,7 +12,7 @@ import pytest
 
 from turnlog.errors import VersionConflict
 from turnlog.events import Message, SessionEvent
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, ContractBase, msg, session_at, turn
 
 __all__ = ["RegressionContract"]

@@ -31,7 +31,8 @@ from turnlog.events import (
     ToolCall,
     ToolResult,
 )
-from turnlog.stores.base import EventFilter, SessionStore
+from turnlog.stores.base import EventFilter
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 
 __all__ = ["ValidationContract"]

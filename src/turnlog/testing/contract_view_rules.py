@@ -19,7 +19,7 @@ from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
 from turnlog.rules import PLACEHOLDER_RESULT, REPAIR_KEY
 from turnlog.service import SessionService
-from turnlog.stores.base import SessionStore
+from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, ContractBase, msg, session_at
 
 __all__ = ["ViewRuleContract"]

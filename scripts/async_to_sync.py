@@ -1,0 +1,241 @@
+"""Generate turnlog's sync modules from their async sources.
+
+The async code is the source; each sync twin is produced from it by this script and must not be
+edited by hand. The transform works on the concrete syntax tree (libcst), so comments and layout
+survive:
+
+- `async def`, `async with`, `async for` lose `async`; `await x` becomes `x`.
+- Names lose their async marker: `AsyncFoo` -> `Foo`, `foo_async` -> `foo`, and a few fixed pairs
+  (`__aenter__` -> `__enter__`, `aclose` -> `close`, `redis.asyncio` -> `redis`, ...). The same
+  renames apply inside strings and comments, so docstrings read right in both twins.
+- A block written `if True:  # ASYNC` keeps its body in the async source and its `else:` body in
+  the sync twin, for the few lines that differ in more than names.
+
+The output is then passed through `ruff check --fix` (import order) and `ruff format`.
+
+Usage:
+    python scripts/async_to_sync.py           # regenerate every sync twin
+    python scripts/async_to_sync.py --check   # exit 1 when a twin differs from its source
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import libcst as cst
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (async source, generated sync twin), relative to the repository root.
+PAIRS: tuple[tuple[str, str], ...] = (
+    ("src/turnlog/stores/protocol_async.py", "src/turnlog/stores/protocol.py"),
+    ("src/turnlog/service_async.py", "src/turnlog/service.py"),
+)
+
+FIXED = {
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "__aiter__": "__iter__",
+    "__anext__": "__next__",
+    "aclose": "close",
+    "StopAsyncIteration": "StopIteration",
+    "asynccontextmanager": "contextmanager",
+}
+# dotted module paths, longest first
+MODULES = (
+    ("redis.asyncio.cluster", "redis.cluster"),
+    ("redis.asyncio.client", "redis.client"),
+    ("redis.asyncio", "redis"),
+)
+
+_ASYNC_CLASS = re.compile(r"\bAsync([A-Z]\w*)")
+_ASYNC_SUFFIX = re.compile(r"\b(\w+?)_async\b")
+_WORDS = re.compile(r"\b(" + "|".join(map(re.escape, FIXED)) + r")\b")
+_KEYWORDS = re.compile(r"\b(?:await|async) (?=with\b|for\b|def\b|\w)")
+
+
+def rename(name: str) -> str:
+    """The sync name for an identifier of the async source."""
+    if name in FIXED:
+        return FIXED[name]
+    name = _ASYNC_CLASS.sub(r"\1", name)
+    return _ASYNC_SUFFIX.sub(r"\1", name)
+
+
+def rename_text(text: str) -> str:
+    """Strings and comments: renamed names, and `await`/`async` dropped from code examples."""
+    for old, new in MODULES:
+        text = text.replace(old, new)
+    text = _WORDS.sub(lambda m: FIXED[m.group(1)], text)
+    text = _ASYNC_CLASS.sub(r"\1", text)
+    text = _ASYNC_SUFFIX.sub(r"\1", text)
+    text = _KEYWORDS.sub("", text)
+    return text.replace("async/await", "blocking")
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def _from_dotted(path: str) -> cst.Attribute | cst.Name:
+    parts = path.split(".")
+    node: cst.Attribute | cst.Name = cst.Name(parts[0])
+    for part in parts[1:]:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
+    return node
+
+
+def _is_async_block(node: cst.If) -> bool:
+    if not (isinstance(node.test, cst.Name) and node.test.value == "True"):
+        return False
+    comment = node.body.header.comment if isinstance(node.body, cst.IndentedBlock) else None
+    return comment is not None and comment.value.strip() == "# ASYNC"
+
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+class AsyncToSync(cst.CSTTransformer):
+    """The transform itself; see the module docstring."""
+
+    def leave_Await(self, original: cst.Await, updated: cst.Await) -> cst.BaseExpression:
+        inner = updated.expression
+        if updated.lpar and isinstance(inner, _ATOMIC):
+            return inner  # `(await x()).y` -> `x().y`
+        return inner.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        return updated.with_changes(asynchronous=None)
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        return updated.with_changes(asynchronous=None)
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        return updated.with_changes(asynchronous=None)
+
+    def leave_CompFor(self, original: cst.CompFor, updated: cst.CompFor) -> cst.CompFor:
+        return updated.with_changes(asynchronous=None)
+
+    def leave_If(
+        self, original: cst.If, updated: cst.If
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        if not _is_async_block(original):
+            return updated
+        orelse = updated.orelse
+        if orelse is None:
+            return cst.RemoveFromParent()
+        if not isinstance(orelse, cst.Else) or not isinstance(orelse.body, cst.IndentedBlock):
+            raise SystemExit("an `if True:  # ASYNC` block may only have a plain `else:` block")
+        body = list(orelse.body.body)
+        if body:
+            body[0] = body[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(body)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=rename(updated.value))
+
+    def leave_Attribute(
+        self, original: cst.Attribute, updated: cst.Attribute
+    ) -> cst.BaseExpression:
+        path = _dotted(updated)
+        if path is not None:
+            for old, new in MODULES:
+                if path == old or path.startswith(old + "."):
+                    return _from_dotted(new + path[len(old) :])
+        return updated
+
+    def leave_SimpleString(
+        self, original: cst.SimpleString, updated: cst.SimpleString
+    ) -> cst.SimpleString:
+        return updated.with_changes(value=rename_text(updated.value))
+
+    def leave_FormattedStringText(
+        self, original: cst.FormattedStringText, updated: cst.FormattedStringText
+    ) -> cst.FormattedStringText:
+        return updated.with_changes(value=rename_text(updated.value))
+
+    def leave_Comment(self, original: cst.Comment, updated: cst.Comment) -> cst.Comment:
+        return updated.with_changes(value=rename_text(updated.value))
+
+
+def _header(source: str) -> str:
+    return (
+        f"# Generated from {source} by scripts/async_to_sync.py.\n"
+        "# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.\n"
+    )
+
+
+def _ruff(args: Sequence[str], code: str, target: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--stdin-filename", str(target), "-"],
+        input=code,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if done.returncode not in (0, 1) or not done.stdout:
+        raise SystemExit(f"ruff {' '.join(args)} failed on {target}:\n{done.stderr}")
+    return done.stdout
+
+
+def generate(source: str, target: str) -> str:
+    """The sync twin of `source`, as text."""
+    tree = cst.parse_module((ROOT / source).read_text())
+    code = tree.visit(AsyncToSync()).code
+    code = _header(source) + code
+    path = ROOT / target
+    code = _ruff(["check", "--fix", "--unsafe-fixes", "--select", "I,F401", "--quiet"], code, path)
+    return _ruff(["format", "--quiet"], code, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail when a twin is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for source, target in PAIRS:
+        code = generate(source, target)
+        path = ROOT / target
+        current = path.read_text() if path.exists() else ""
+        if code == current:
+            continue
+        if args.check:
+            stale.append(target)
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    code.splitlines(keepends=True),
+                    target,
+                    source,
+                )
+            )
+        else:
+            path.write_text(code)
+            print(f"wrote {target}")
+    if stale:
+        print(
+            f"\n{len(stale)} generated file(s) differ from their async source: "
+            + ", ".join(stale)
+            + ". Run `python scripts/async_to_sync.py` and commit the result.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""`AsyncSessionService`: the one place where stores and compaction meet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from turnlog.compaction import (
+    CompactionRequest,
+    CompactionResult,
+    CompactionStrategy,
+    CompactionTrigger,
+    sent_events,
+)
+from turnlog.compaction._checks import check_function, describe
+from turnlog.compaction.running import fires_async, run_pass_async
+from turnlog.durations import Duration, to_timedelta
+from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
+from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
+from turnlog.rules import repair_messages
+from turnlog.stores.base import Clock, EventFilter, utc_now
+from turnlog.stores.protocol_async import AsyncSessionStore
+
+__all__ = ["AsyncSessionService"]
+
+
+class AsyncSessionService:
+    """Sessions, their logs, their views, and compaction, over one store.
+
+    Use it as a context manager (`async with AsyncSessionService(store) as service:`), or call
+    `close()`: closing the service closes the store and its connections.
+
+    Args:
+        store: where sessions live; None opens `AsyncSqliteStore("turnlog.db")` in the working
+            directory.
+        clock: the time used for `created_at`, `ttl` and `delete_expired()`.
+    """
+
+    def __init__(self, store: AsyncSessionStore | None = None, *, clock: Clock = utc_now) -> None:
+        if store is None:
+            from turnlog.stores.sqlite_async import AsyncSqliteStore
+
+            store = AsyncSqliteStore("turnlog.db")
+        self.store = store
+        self._clock = clock
+
+    async def close(self) -> None:
+        """Close the store (and so its connections or pool)."""
+        await self.store.close()
+
+    async def __aenter__(self) -> AsyncSessionService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        ttl: Duration | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> Session:
+        """Create a session (with a fresh id unless one is given).
+
+        Args:
+            session_id: the id; a random one when None.
+            ttl: how long until `delete_expired` may delete it: a `timedelta` or a number of
+                seconds (`ttl=60` is a minute); None keeps it.
+            metadata: JSON the application attaches.
+
+        Returns:
+            The session as stored.
+
+        Raises:
+            SessionAlreadyExists: the id is taken.
+            InvalidInput: a blank or over-long id; a ttl that is not a positive, finite
+                duration; non-JSON metadata.
+        """
+        session = self._new_session(session_id, ttl, metadata)
+        await self.store.create_session(session)
+        return session
+
+    def _new_session(
+        self,
+        session_id: str | None,
+        ttl: Duration | None,
+        metadata: Mapping[str, JsonValue] | None,
+    ) -> Session:
+        span = None if ttl is None else to_timedelta(ttl, "ttl")
+        now = self._clock()
+        try:
+            expires_at = None if span is None else now + span
+        except OverflowError:
+            raise InvalidInput(
+                f"ttl {ttl!r} ends after the year 9999, past any time a store can hold: "
+                "pass a shorter ttl, or none to keep the session"
+            ) from None
+        return Session(
+            id=new_id() if session_id is None else check_id(session_id, "session id"),
+            created_at=now,
+            expires_at=expires_at,
+            metadata=metadata or {},
+        )
+
+    async def find(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        return await self.store.find_session(session_id)
+
+    async def get(self, session_id: str) -> Session:
+        """The session. Raises `SessionNotFound`."""
+        session = await self.store.find_session(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def get_or_create(
+        self,
+        session_id: str,
+        *,
+        ttl: Duration | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> Session:
+        """The session, created (with `ttl` and `metadata`) when it does not exist yet.
+
+        `ttl` is a `timedelta` or a number of seconds, as for `create`; it is checked even
+        when the session exists already (and then not used).
+
+        Returns:
+            The session found, or the one created.
+
+        Raises:
+            InvalidInput: as for `create`.
+        """
+        if ttl is not None:
+            to_timedelta(ttl, "ttl")
+        found = await self.store.find_session(session_id)
+        if found is not None:
+            return found
+        try:
+            return await self.create(session_id, ttl=ttl, metadata=metadata)
+        except SessionAlreadyExists:  # created meanwhile by another writer
+            return await self.get(session_id)
+
+    async def sessions(self, *, limit: int | None = None) -> list[Session]:
+        """Sessions, newest first."""
+        return await self.store.list_sessions(limit=limit)
+
+    async def delete(self, session_id: str) -> bool:
+        """Delete a session and its log; False when there was none."""
+        return await self.store.delete_session(session_id)
+
+    async def delete_expired(self, before: datetime | None = None) -> int:
+        """Delete the sessions that expire at or before `before` (now by default)."""
+        return await self.store.delete_expired(self._clock() if before is None else before)
+
+    async def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """The sessions whose metadata has `name` equal to `value`."""
+        return await self.store.find_by_metadata(name, value)
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def append_message(
+        self,
+        session_id: str,
+        message: Message,
+        *,
+        event_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        check_rules: bool = True,
+    ) -> SessionEvent:
+        """Append a message at the end of the log; returns the stored event (with its seq).
+
+        Args:
+            session_id: the session.
+            message: the message.
+            event_id: the event's id; a fresh one when None.
+            metadata: JSON the application attaches to the event.
+            check_rules: refuse a message that would break a view rule (see `turnlog.rules`);
+                False stores it anyway (importing a broken transcript on purpose), and
+                `view_messages` repairs the view.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: a bad message, id or metadata, or a message that breaks a view rule
+                (a tool result that answers no open call, a message while calls are open, an
+                empty assistant message, an assistant or tool message first); nothing is
+                written.
+        """
+        if not isinstance(message, Message):
+            raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
+        event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
+        return await self.store.append_event(event, check_rules=check_rules)
+
+    async def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
+        """Append one event at the end of the log, whatever the version.
+
+        Raises:
+            InvalidInput: as `append_message`.
+        """
+        return await self.store.append_event(event, check_rules=check_rules)
+
+    async def append_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
+    ) -> int:
+        """Append all of `events` or none, if the log is at `expected_version`.
+
+        Returns:
+            The new version.
+
+        Raises:
+            VersionConflict: another writer appended first; nothing was written.
+            InvalidInput: a bad batch, or events that break a view rule (`check_rules=False`
+                stores them anyway, see `append_message`); nothing was written.
+        """
+        return await self.store.append_events(
+            session_id, events, expected_version, check_rules=check_rules
+        )
+
+    async def version(self, session_id: str) -> int:
+        """The number of events in the session's log."""
+        return await self.store.version(session_id)
+
+    async def events(
+        self, session_id: str, filter: EventFilter | None = None
+    ) -> list[SessionEvent]:
+        """The session's events: the whole log by default, oldest first."""
+        return await self.store.events(session_id, filter)
+
+    async def view(self, session_id: str) -> list[SessionEvent]:
+        """The active view: what the model sees, in order."""
+        return await self.store.view(session_id)
+
+    async def view_messages(self, session_id: str) -> list[Message]:
+        """The messages to send a model: the latest system message first, then the rest.
+
+        Superseded system messages are not sent. They obey the view rules (`turnlog.rules`):
+        on a log stored with `check_rules=False` they are repaired, visibly (see
+        `turnlog.rules.repair_messages`: orphan tool results and empty assistant messages are
+        left out; unanswered calls get a placeholder result; a placeholder user message comes
+        before a conversation that starts with the assistant; added and changed messages carry
+        the metadata key "turnlog.repair"). A log that always kept the rules is sent as it is.
+        """
+        return repair_messages(
+            [e.message for e in sent_events(await self.store.view(session_id)) if e.message]
+        )
+
+    # -- compaction -------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        session_id: str,
+        trigger: CompactionTrigger,
+        strategy: CompactionStrategy,
+        *,
+        retries: int = 0,
+    ) -> CompactionResult:
+        """Compact the session if `trigger` fires.
+
+        Reads the version, then the view; evaluates the trigger; runs the strategy; writes the
+        boundary and the summary events in one version-checked append.
+
+        Returns:
+            The result. Unchanged when the trigger did not fire or nothing left the view;
+            unchanged with `conflict=True` when another writer appended meanwhile (nothing was
+            written, nothing raised: compact again if you still want to). With `retries=N`, a
+            pass that lost the race is run again on the new view, up to N more times.
+
+        Raises:
+            InvalidInput: `trigger` is not a function of the request (or an instance of a
+                trigger class), `strategy` has no `compact(request)` method, or `retries` is
+                not an integer >= 0. Checked before anything is read.
+            SessionNotFound: no such session.
+            Exception: whatever the summarizer raised; nothing was written.
+        """
+        check_function(trigger, "trigger", "(CompactionRequest) -> bool, e.g. TurnCountTrigger(20)")
+        if isinstance(strategy, type) or not callable(getattr(strategy, "compact", None)):
+            raise InvalidInput(
+                "strategy must be a compaction strategy (an object with compact(request), "
+                f"e.g. WindowCompactionStrategy(...)); got {describe(strategy)}"
+            )
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidInput(f"retries must be an integer >= 0, got {retries!r}")
+        session = await self.get(session_id)
+        for _ in range(retries + 1):
+            result = await self._compact_once(session, trigger, strategy)
+            if not result.conflict:
+                return result
+        return result
+
+    async def _compact_once(
+        self, session: Session, trigger: CompactionTrigger, strategy: CompactionStrategy
+    ) -> CompactionResult:
+        version = await self.store.version(session.id)
+        view = await self.store.view(session.id)
+        request = CompactionRequest.of(session, view)
+        if not await fires_async(trigger, request):
+            return CompactionResult.nothing(view)
+        result = await run_pass_async(strategy, request)
+        to_append = result.events_to_append(session.id)
+        if not to_append:
+            return result
+        try:
+            await self.store.append_events(session.id, to_append, version)
+        except VersionConflict:
+            return result.as_conflict()
+        return result

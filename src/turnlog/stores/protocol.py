@@ -1,0 +1,100 @@
+# Generated from src/turnlog/stores/protocol_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
+"""`SessionStore`: the protocol every store implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from turnlog.events import Session, SessionEvent
+from turnlog.stores.base import EventFilter
+
+__all__ = ["SessionStore"]
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where sessions and their logs live. An implementation is safe to share
+    between threads (a blocking store) or between the tasks of an event loop (an store).
+
+    Versions: a session's version is the number of events in its log (0 when new). Appends are
+    all or nothing. Every store passes `turnlog.testing.StoreContract`.
+    """
+
+    def create_session(self, session: Session) -> None:
+        """Store a new session. Raises `SessionAlreadyExists`."""
+        ...
+
+    def save_session(self, session: Session) -> None:
+        """Create a session or replace its expiry and metadata (its log is untouched)."""
+        ...
+
+    def find_session(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        ...
+
+    def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        """Sessions, newest first."""
+        ...
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its log; False when there was none."""
+        ...
+
+    def delete_expired(self, before: datetime) -> int:
+        """Delete the sessions (and logs) that expire at or before `before`; returns how many."""
+        ...
+
+    def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
+        """The sessions whose metadata has `name` equal to `value`."""
+        ...
+
+    def append_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        expected_version: int,
+        *,
+        check_rules: bool = True,
+    ) -> int:
+        """Append all of `events` or none; returns the new version.
+
+        Events whose id the session holds already are skipped (a retry is a no-op). The events
+        that are new must keep the view rules (`turnlog.rules`), checked against the end of the
+        log inside the same write; `check_rules=False` stores them as they are (importing a
+        broken transcript on purpose; `SessionService.view_messages` repairs the view).
+
+        Raises:
+            SessionNotFound: no such session.
+            VersionConflict: the log is not at `expected_version`; nothing was written.
+            InvalidInput: a bad batch, an id that another session holds, or an event that
+                would break a view rule; nothing was written.
+        """
+        ...
+
+    def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
+        """Append one event at the end, whatever the version; returns it as stored.
+
+        Raises:
+            InvalidInput: as `append_events` (the view rules are checked at the end of the log
+                as it is when the event lands).
+        """
+        ...
+
+    def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
+        """The session's events (the whole log by default), oldest first."""
+        ...
+
+    def version(self, session_id: str) -> int:
+        """The number of events in the session's log."""
+        ...
+
+    def view(self, session_id: str) -> list[SessionEvent]:
+        """The active view, in view order; reads only what it returns (and the newest boundary)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...

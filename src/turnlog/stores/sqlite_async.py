@@ -1,0 +1,68 @@
+"""`AsyncSqliteStore`: the SQLite store for asyncio programs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from turnlog.durations import Duration
+from turnlog.errors import InvalidInput
+from turnlog.stores.base import Clock, utc_now
+from turnlog.stores.sqlite import SqliteStore, Synchronous, check_options
+from turnlog.stores.threaded import ThreadedAsyncStore
+
+__all__ = ["AsyncSqliteStore"]
+
+
+class AsyncSqliteStore(ThreadedAsyncStore):
+    """Sessions in one SQLite file, for asyncio programs; the event loop never waits on SQLite.
+
+    Every call runs `SqliteStore` on one of the store's worker threads, so the file, its format
+    and its locking are the same: a blocking process and an async one can share a database.
+    Reads run in parallel on the workers (WAL); writes queue, as they do in `SqliteStore`.
+
+    Nothing is opened until `await store.open()`, `async with store`, or the first call; the
+    arguments are checked at once.
+
+    Args:
+        path: the database file (created with its schema when missing).
+        workers: worker threads (each with its own connection); at least 1.
+        busy_timeout: as `SqliteStore`.
+        synchronous: as `SqliteStore`.
+        clock: stamps events appended without a timestamp.
+
+    Raises:
+        InvalidInput: as `SqliteStore`; `workers` not a positive integer.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = "turnlog.db",
+        *,
+        workers: int = 4,
+        busy_timeout: Duration = 30.0,
+        synchronous: Synchronous = "NORMAL",
+        clock: Clock = utc_now,
+    ) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InvalidInput(f"workers must be an integer >= 1, got {workers!r}")
+        self.path, _ = check_options(path, busy_timeout, synchronous)
+
+        def make() -> SqliteStore:
+            return SqliteStore(
+                self.path, busy_timeout=busy_timeout, synchronous=synchronous, clock=clock
+            )
+
+        super().__init__(make, workers=workers, name=f"sqlite {self.path}")
+
+    async def open(self) -> AsyncSqliteStore:
+        """Open the file (creating its schema when missing) now; returns the store.
+
+        Raises:
+            CorruptData: the file is not a turnlog database.
+            StoreError: it was made by a newer turnlog, or cannot be opened.
+        """
+        await super().open()
+        return self
+
+    async def __aenter__(self) -> AsyncSqliteStore:
+        return await self.open()
