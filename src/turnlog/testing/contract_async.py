@@ -40,8 +40,8 @@ class LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the loop and return its result (or raise its exception)."""
@@ -56,7 +56,7 @@ class LoopThread:
 
         left = self.run(leftovers())
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
+        self.thread.join()
         self.loop.close()
         assert not left, f"tasks left running on the store's event loop: {left}"
 
