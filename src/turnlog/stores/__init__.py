@@ -2,7 +2,9 @@
 
 `PostgresStore`, `RedisStore` and `RedisClusterStore` load on first use, so importing turnlog
 never needs their drivers; a missing driver fails with the `pip install` line that fixes it.
-They are left out of `__all__`, so `from turnlog.stores import *` works without the extras.
+The async stores (`AsyncSqliteStore`, `AsyncMemoryStore`, `AsyncPostgresStore`, ...) load on
+first use too. They are left out of `__all__`, so `from turnlog.stores import *` works without
+the extras.
 """
 
 from typing import Any
@@ -22,6 +24,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AsyncMemoryStore": "turnlog.stores.memory_async",
+    "AsyncSqliteStore": "turnlog.stores.sqlite_async",
     "PostgresStore": "turnlog.stores.postgres",
     "RedisStore": "turnlog.stores.redis",
     "RedisClusterStore": "turnlog.stores.redis_cluster",
