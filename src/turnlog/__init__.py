@@ -31,7 +31,14 @@ from turnlog.errors import (
 from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
-from turnlog.stores import EventFilter, MemoryStore, SessionStore, SqliteStore, open_store
+from turnlog.stores import (
+    EventFilter,
+    MemoryStore,
+    SessionStore,
+    SqliteStore,
+    open_store,
+    open_store_async,
+)
 from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.text import event_text
 from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCounter
@@ -105,4 +112,5 @@ __all__ = [
     "__version__",
     "event_text",
     "open_store",
+    "open_store_async",
 ]

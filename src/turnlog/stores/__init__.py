@@ -11,9 +11,11 @@ from typing import Any
 
 from turnlog.stores.base import EventFilter
 from turnlog.stores.memory import MemoryStore
+from turnlog.stores.opening import open_store
+from turnlog.stores.opening_async import open_store_async
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.sqlite import SqliteStore
-from turnlog.stores.url import load_optional, open_store
+from turnlog.stores.url import load_optional
 
 __all__ = [
     "EventFilter",
@@ -21,6 +23,7 @@ __all__ = [
     "SessionStore",
     "SqliteStore",
     "open_store",
+    "open_store_async",
 ]
 
 _LAZY = {
