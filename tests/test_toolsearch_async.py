@@ -95,10 +95,32 @@ async def discovered_events(service, session_id):
     return await service.events(session_id, EventFilter(event_types=[TOOLS_DISCOVERED]))
 
 
+class YieldingService(AsyncSessionService):
+    """Lets other tasks run before each read and write, as a networked store would:
+    AsyncMemoryStore runs on the event loop itself and never suspends a task."""
+
+    async def version(self, session_id):
+        await asyncio.sleep(0)
+        return await super().version(session_id)
+
+    async def events(self, session_id, filter=None):
+        await asyncio.sleep(0)
+        return await super().events(session_id, filter)
+
+    async def append_events(self, *args, **kwargs):
+        await asyncio.sleep(0)
+        return await super().append_events(*args, **kwargs)
+
+    async def append_event(self, *args, **kwargs):
+        await asyncio.sleep(0)
+        return await super().append_event(*args, **kwargs)
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_many_tasks_searching_one_session_record_each_tool_once(kind, tmp_path):
     async def main():
-        async with AsyncSessionService(async_store(kind, tmp_path)) as service:
+        service_type = YieldingService if kind == "memory" else AsyncSessionService
+        async with service_type(async_store(kind, tmp_path)) as service:
             await service.create("s")
             searches = [AsyncToolSearch(service=service) for _ in range(3)]
             for search in searches:
@@ -265,7 +287,7 @@ def test_no_lock_is_held_while_a_search_awaits_the_service(tmp_path):
             search = AsyncToolSearch(service=service)
             search.prepare("s", TOOLS)
             pending = asyncio.create_task(search.run_search("s", "weather"))
-            await service.waiting.wait()
+            await asyncio.wait_for(service.waiting.wait(), timeout=5)
             # from another thread, as another event loop or a blocking caller would
             try:
                 prepared = await asyncio.wait_for(
