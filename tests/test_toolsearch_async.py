@@ -9,6 +9,7 @@ The discovery tests of tests/test_toolsearch_discovery.py run here again, unchan
 import asyncio
 import inspect
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ from turnlog.toolsearch import (
 from turnlog.toolsearch.search_async import CHECKED_ATTEMPTS
 
 TOOLS = discovery.TOOLS
+DOC = Path(__file__).resolve().parent.parent / "docs" / "toolsearch.md"
 QUERIES = {"weather": "get_weather", "email": "send_email", "stock price": "stock_quote"}
 
 
@@ -265,6 +267,7 @@ def test_a_log_too_busy_for_a_checked_append_still_gets_the_discovery(kind, tmp_
             assert (await search.run_search("s", "weather")).new == ()
 
     asyncio.run(main())
+    assert f"that {CHECKED_ATTEMPTS} such attempts" in DOC.read_text(encoding="utf-8")
 
 
 def test_no_lock_is_held_while_a_search_awaits_the_service(tmp_path):
