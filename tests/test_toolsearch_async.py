@@ -349,3 +349,34 @@ def test_each_twin_takes_its_own_service(tmp_path):
     assert search.service is service
     assert search.search_tool_definition().parameters["properties"]["max_results"]["default"] == 3
     assert repr(search).startswith("AsyncToolSearch(index=Bm25ToolIndex")
+
+
+def test_searches_cancelled_midway_leave_whole_discoveries(tmp_path):
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "t.db")) as service:
+            search = AsyncToolSearch(service=service)
+            recorded = 0
+            for n, delay in enumerate([0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]):
+                session_id = f"s{n}"
+                await service.create(session_id)
+                search.prepare(session_id, TOOLS)
+                tasks = [
+                    asyncio.create_task(search.run_search(session_id, query))
+                    for query in list(QUERIES) * 3
+                ]
+                await asyncio.sleep(delay)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                payloads = discovery_payloads(await discovered_events(service, session_id))
+                assert all(payload for payload in payloads)  # no empty or partial event
+                names = [name for payload in payloads for name in payload]
+                assert len(names) == len(set(names))  # cut or not, each tool once
+                recorded += len(names)
+                # whatever was cut, the store and the search still work
+                for query, name in QUERIES.items():
+                    assert (await search.run_search(session_id, query)).names == [name]
+                assert set(await search.discovered(session_id)) == set(QUERIES.values())
+            return recorded
+
+    assert asyncio.run(main()) > 0  # some searches got as far as recording before the cut
