@@ -36,6 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/stores/protocol_async.py", "src/turnlog/stores/protocol.py"),
     ("src/turnlog/service_async.py", "src/turnlog/service.py"),
+    (
+        "src/turnlog/stores/postgres/connections_async.py",
+        "src/turnlog/stores/postgres/connections.py",
+    ),
+    ("src/turnlog/stores/postgres/schema_async.py", "src/turnlog/stores/postgres/schema.py"),
+    ("src/turnlog/stores/postgres/store_async.py", "src/turnlog/stores/postgres/store.py"),
 )
 
 FIXED = {
