@@ -15,15 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-try:
-    import psycopg
-    from psycopg import errors as pgerrors
-    from psycopg import pq
-    from psycopg_pool import AsyncConnectionPool, PoolTimeout
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "AsyncPostgresStore needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
-    ) from exc
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from turnlog.errors import CorruptData, InvalidInput, StoreError
 from turnlog.stores.postgres.rows import first_line, where
