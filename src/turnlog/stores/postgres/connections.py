@@ -149,7 +149,7 @@ class Connections:
             InvalidInput: a pool without autocommit; what `prepare` raises.
             StoreError: the server cannot be reached; the store is closed; what `prepare` raises.
         """
-        if self.ready:
+        if self.ready and not self.closed:
             return
         with self._opening:
             if self.closed:

@@ -151,7 +151,7 @@ class AsyncConnections:
             InvalidInput: a pool without autocommit; what `prepare` raises.
             StoreError: the server cannot be reached; the store is closed; what `prepare` raises.
         """
-        if self.ready:
+        if self.ready and not self.closed:
             return
         async with self._opening:
             if self.closed:
