@@ -107,7 +107,10 @@ class TestAsyncPostgresStore(AsyncStoreContract):
         )
 
     async def open_again_async(self, store, tmp_path):
-        return await AsyncPostgresStore(self.dsn, schema=self.schema_name, pool_max=4).open()
+        # The first handle may not have opened yet: either may make the schema.
+        return await AsyncPostgresStore(
+            self.dsn, schema=self.schema_name, partitions=self.partitions, pool_max=4
+        ).open()
 
 
 class TestPartitionedAsyncPostgresStore(TestAsyncPostgresStore):
