@@ -15,15 +15,15 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError
+from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, ToolCall, ToolResult
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores.postgres import (
     SCHEMA_VERSION,
     AsyncPostgresStore,
     PostgresStore,
+    connections_async,
     migrate_async,
 )
-from turnlog.stores.postgres import connections_async
 from turnlog.stores.postgres.ddl import lock_class
 from turnlog.testing import AsyncStoreContract
 
@@ -255,7 +255,9 @@ def test_connecting_does_not_block_the_event_loop():
                 ticks += 1
 
         ticker = asyncio.create_task(tick())
-        store = AsyncPostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test", connect_timeout=2)
+        store = AsyncPostgresStore(
+            f"postgresql://postgres@127.0.0.1:{port}/test", connect_timeout=2
+        )
         started = time.monotonic()
         try:
             with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
@@ -267,9 +269,9 @@ def test_connecting_does_not_block_the_event_loop():
                 writer.close()
             await server.wait_closed()
         waited = time.monotonic() - started
-        assert accepted, "libpq never reached the silent server"
-        assert waited >= 1.5
         assert ticks >= waited * 100 / 4  # the loop ran the ticker all along
+        assert waited >= 1.5
+        assert accepted, "libpq never reached the silent server"
 
     asyncio.run(main())
 
@@ -469,6 +471,47 @@ def test_an_idle_pooled_connection_killed_is_a_store_error_once(
             assert await store.version("s") == 0  # the pool replaced the broken connection
 
     asyncio.run(main())
+
+
+# -- the view rules read the log's end page by page ----------------------------------------------
+
+
+def _calls(sid, ids):
+    return SessionEvent.for_message(
+        sid, Message.assistant(None, [ToolCall(i, "lookup", "{}") for i in ids])
+    )
+
+
+def _result(sid, call_id):
+    return SessionEvent.for_message(
+        sid, Message.tool([ToolResult(call_id, "lookup", f"result {call_id}")])
+    )
+
+
+def test_the_rules_read_back_past_a_page_of_tool_results(postgres_dsn, pg_schema):
+    # Ten calls and nine results: the open call is found past the first page (8 rows) of the
+    # log's end, by a handle that remembers nothing of the log.
+    calls = [f"c{i}" for i in range(10)]
+
+    async def main():
+        async with AsyncPostgresStore(postgres_dsn, schema=pg_schema) as writer:
+            await writer.create_session(Session("s", T0))
+            await writer.append_events("s", [SessionEvent.for_message("s", Message.user("go"))], 0)
+            await writer.append_events("s", [_calls("s", calls)], 1)
+            for n, call in enumerate(calls[:-1]):
+                await writer.append_events("s", [_result("s", call)], 2 + n)
+        async with AsyncPostgresStore(postgres_dsn, schema=pg_schema) as fresh:
+            with pytest.raises(InvalidInput, match="R1"):
+                await fresh.append_event(_result("s", "c0"))  # answered already
+        async with AsyncPostgresStore(postgres_dsn, schema=pg_schema) as fresh:
+            assert (await fresh.append_event(_result("s", "c9"))).seq == 12
+
+    asyncio.run(main())
+    with (
+        PostgresStore(postgres_dsn, schema=pg_schema) as blocking,
+        pytest.raises(InvalidInput, match="R1"),
+    ):
+        blocking.append_event(_result("s", "c9"))  # and now every call is answered
 
 
 # -- names and the service ------------------------------------------------------------------------
