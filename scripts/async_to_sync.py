@@ -39,6 +39,12 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/service_async.py", "src/turnlog/service.py"),
     ("src/turnlog/stores/opening_async.py", "src/turnlog/stores/opening.py"),
     ("src/turnlog/toolsearch/search_async.py", "src/turnlog/toolsearch/search.py"),
+    (
+        "src/turnlog/stores/postgres/connections_async.py",
+        "src/turnlog/stores/postgres/connections.py",
+    ),
+    ("src/turnlog/stores/postgres/schema_async.py", "src/turnlog/stores/postgres/schema.py"),
+    ("src/turnlog/stores/postgres/store_async.py", "src/turnlog/stores/postgres/store.py"),
 )
 
 FIXED = {

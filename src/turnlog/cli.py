@@ -309,7 +309,7 @@ def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
     kind, url, options = ("path", "", {}) if where.url is None else store_url(where.url)
     if kind == "postgresql":
         try:
-            from turnlog.stores.postgres_schema import migrate
+            from turnlog.stores.postgres.schema import migrate
         except ImportError:
             return _fail("PostgreSQL needs an extra: pip install 'turnlog[postgres]'", 1)
         options.pop("pool_min", None)

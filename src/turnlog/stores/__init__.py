@@ -30,6 +30,7 @@ _LAZY = {
     "AsyncMemoryStore": "turnlog.stores.memory_async",
     "AsyncSqliteStore": "turnlog.stores.sqlite_async",
     "PostgresStore": "turnlog.stores.postgres",
+    "AsyncPostgresStore": "turnlog.stores.postgres",
     "RedisStore": "turnlog.stores.redis",
     "RedisClusterStore": "turnlog.stores.redis_cluster",
 }
