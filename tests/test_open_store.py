@@ -1,5 +1,6 @@
 """open_store: one URL for every store."""
 
+import asyncio
 import re
 import sys
 
@@ -60,6 +61,16 @@ def test_server_stores_load_lazily_and_name_their_extra(monkeypatch):
         turnlog.RedisStore  # noqa: B018
 
 
+async def append_async(url, options):
+    from turnlog import AsyncSessionService, Message, open_store_async
+
+    store = await open_store_async(url, **options)
+    assert type(store).__name__ in ("AsyncPostgresStore", "AsyncRedisStore")
+    async with AsyncSessionService(store) as service:
+        assert await service.version("s") == 1
+        await service.append_message("s", Message.assistant("from asyncio"))
+
+
 def test_open_store_reaches_the_real_servers(postgres_dsn, redis_url):
     import uuid
 
@@ -76,6 +87,10 @@ def test_open_store_reaches_the_real_servers(postgres_dsn, redis_url):
                 service.append_message("s", Message.user("hello"))
                 assert service.version("s") == 1
                 assert type(service.store).__name__ in ("PostgresStore", "RedisStore")
+            # the async twin opens the same data, and the blocking store sees what it wrote
+            asyncio.run(append_async(url, options))
+            with SessionService(open_store(url, **options)) as service:
+                assert [m.text for m in service.view_messages("s")] == ["hello", "from asyncio"]
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
