@@ -1,7 +1,8 @@
 """Stores: where sessions and their logs live. See `SessionStore` for the protocol.
 
-`PostgresStore`, `RedisStore` and `RedisClusterStore` load on first use, so importing turnlog
-never needs their drivers; a missing driver fails with the `pip install` line that fixes it.
+`PostgresStore`, `RedisStore`, `RedisClusterStore` and their async twins `AsyncRedisStore` and
+`AsyncRedisClusterStore` load on first use, so importing turnlog never needs their drivers; a
+missing driver fails with the `pip install` line that fixes it.
 They are left out of `__all__`, so `from turnlog.stores import *` works without the extras.
 """
 
@@ -24,7 +25,9 @@ __all__ = [
 _LAZY = {
     "PostgresStore": "turnlog.stores.postgres",
     "RedisStore": "turnlog.stores.redis",
-    "RedisClusterStore": "turnlog.stores.redis_cluster",
+    "RedisClusterStore": "turnlog.stores.redis",
+    "AsyncRedisStore": "turnlog.stores.redis",
+    "AsyncRedisClusterStore": "turnlog.stores.redis",
 }
 
 

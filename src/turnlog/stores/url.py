@@ -35,7 +35,6 @@ SCHEMES = (
 _EXTRAS = {
     "turnlog.stores.postgres": "postgres",
     "turnlog.stores.redis": "redis",
-    "turnlog.stores.redis_cluster": "redis",
 }
 
 
@@ -319,5 +318,5 @@ def open_store(url: str, **options: Any) -> SessionStore:
     if kind == "redis":
         store = load_optional("turnlog.stores.redis", "RedisStore")(clean, **options)
         return store
-    store = load_optional("turnlog.stores.redis_cluster", "RedisClusterStore")(clean, **options)
+    store = load_optional("turnlog.stores.redis", "RedisClusterStore")(clean, **options)
     return store
