@@ -175,10 +175,12 @@ class RedisCore:
         Raises:
             StoreError: the store is closed, or the server cannot be reached.
         """
+        if self._closed:
+            raise StoreError(f"the store on {self._where} is closed")
         if self._ready:
             return self
         with self._opening:
-            if self._closed:
+            if self._closed:  # closed while this call waited
                 raise StoreError(f"the store on {self._where} is closed")
             if not self._ready:
                 try:
