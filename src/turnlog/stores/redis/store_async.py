@@ -74,8 +74,8 @@ class AsyncRedisStore(AsyncRedisCore):
     (the blocking store) or between the tasks of one event loop (the asyncio one).
 
     The constructor checks its arguments and sends nothing to the server: connections open on
-    first use (with asyncio, `await store.open()` or `async with store` reaches the server at
-    once).
+    first use (the asyncio store's `open()` also pings the server, so that an unreachable
+    server is reported there).
 
     Args:
         url_or_client: a `redis://`, `rediss://` or `unix://` URL (the store owns the connection
