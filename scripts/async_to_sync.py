@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/stores/protocol_async.py", "src/turnlog/stores/protocol.py"),
     ("src/turnlog/service_async.py", "src/turnlog/service.py"),
+    ("src/turnlog/stores/opening_async.py", "src/turnlog/stores/opening.py"),
     ("src/turnlog/stores/redis/core_async.py", "src/turnlog/stores/redis/core.py"),
     ("src/turnlog/stores/redis/store_async.py", "src/turnlog/stores/redis/store.py"),
     ("src/turnlog/stores/redis/cluster_async.py", "src/turnlog/stores/redis/cluster.py"),

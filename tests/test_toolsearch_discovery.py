@@ -32,6 +32,12 @@ STOCK = ToolReference("stock_quote", "Latest stock price for a ticker.")
 TOOLS = [WEATHER, EMAIL, STOCK]
 
 
+@pytest.fixture
+def service(sync_service):
+    """ToolSearch records discoveries through the blocking SessionService."""
+    return sync_service
+
+
 def offered(search, session_id):
     return [t.name for t in search.offered_tools(session_id)]
 

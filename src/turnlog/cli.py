@@ -50,9 +50,10 @@ from turnlog.events import SessionEvent, check_id
 from turnlog.importers import read_conversations
 from turnlog.rules import check_messages
 from turnlog.service import SessionService
+from turnlog.stores.opening import open_store
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.sqlite import SqliteStore
-from turnlog.stores.url import open_store, store_url
+from turnlog.stores.url import store_url
 
 __all__ = ["main"]
 
