@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Final, Self, TypeVar, cast
@@ -32,9 +34,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("RedisStore needs redis-py: pip install 'turnlog[redis]'") from exc
 
-__all__ = ["RedisCore"]
+__all__ = ["ATTEMPTS", "RACES", "RedisCore", "guarded", "pause"]
 
 ATTEMPTS: Final = 16
+RACES: Final = 100  # lost races of one `append_event` (each one means another writer got in)
+_FIRST_PAUSE: Final = 0.000_5  # seconds
+_MAX_PAUSE: Final = 0.05
 PIPE: Final = 1_000  # commands per pipeline round trip
 _MAX_GRACE: Final = 100 * 365 * 86_400  # seconds: a century
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -62,6 +67,14 @@ def guarded(method: _F) -> _F:
             raise self._translate(exc, write=write) from exc
 
     return cast(_F, wrapper)
+
+
+def pause(attempt: int) -> None:
+    """Wait a random while after losing race number `attempt` (0 first): up to 0.5 ms, twice
+    that after each further loss, at most 50 ms; racing writers spread out instead of losing
+    again together (in the asyncio stores, other tasks run meanwhile)."""
+    delay = random.uniform(0, min(_MAX_PAUSE, _FIRST_PAUSE * 2**attempt))
+    time.sleep(delay)
 
 
 def _connecting(exc: BaseException) -> bool:

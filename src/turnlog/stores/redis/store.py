@@ -53,7 +53,7 @@ from turnlog.stores.base import (
     metadata_matches,
     utc_now,
 )
-from turnlog.stores.redis.core import ATTEMPTS, RedisCore, guarded
+from turnlog.stores.redis.core import ATTEMPTS, RACES, RedisCore, guarded, pause
 from turnlog.stores.redis.layout import (
     batch_args,
     decode_record,
@@ -299,16 +299,17 @@ class RedisStore(RedisCore):
         check_batch(check_event(event).session_id, [event], 0)
         if check_rules:
             done = self._append_remembered(event.session_id, [event], None)
-            for _ in range(ATTEMPTS):
+            for attempt in range(RACES):
                 if done is not None:
                     break
                 at, after, inc = self._check_rules(event.session_id, [event], None)
                 try:  # conditioned on the version the rules were checked at
                     done = self._append(event.session_id, [event], -1 if at is None else at)
-                except VersionConflict:
-                    continue  # another writer appended meanwhile: check again
+                except VersionConflict:  # another writer appended meanwhile: check again
+                    pause(attempt)
+                    continue
                 self._note(event.session_id, [event], at, after, inc, done)
-            else:
+            if done is None:
                 raise StoreError(f"session {event.session_id!r} kept changing; retry")
             version, appended, now = done
         else:
