@@ -45,6 +45,9 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ),
     ("src/turnlog/stores/postgres/schema_async.py", "src/turnlog/stores/postgres/schema.py"),
     ("src/turnlog/stores/postgres/store_async.py", "src/turnlog/stores/postgres/store.py"),
+    ("src/turnlog/stores/redis/core_async.py", "src/turnlog/stores/redis/core.py"),
+    ("src/turnlog/stores/redis/store_async.py", "src/turnlog/stores/redis/store.py"),
+    ("src/turnlog/stores/redis/cluster_async.py", "src/turnlog/stores/redis/cluster.py"),
 )
 
 FIXED = {

@@ -2,9 +2,9 @@
 
 `PostgresStore`, `RedisStore` and `RedisClusterStore` load on first use, so importing turnlog
 never needs their drivers; a missing driver fails with the `pip install` line that fixes it.
-The async stores (`AsyncSqliteStore`, `AsyncMemoryStore`, `AsyncPostgresStore`, ...) load on
-first use too. They are left out of `__all__`, so `from turnlog.stores import *` works without
-the extras.
+The async stores (`AsyncSqliteStore`, `AsyncMemoryStore`, `AsyncPostgresStore`,
+`AsyncRedisStore`, `AsyncRedisClusterStore`, ...) load on first use too. They are left out of
+`__all__`, so `from turnlog.stores import *` works without the extras.
 """
 
 from typing import Any
@@ -28,11 +28,13 @@ __all__ = [
 
 _LAZY = {
     "AsyncMemoryStore": "turnlog.stores.memory_async",
+    "AsyncRedisClusterStore": "turnlog.stores.redis",
+    "AsyncRedisStore": "turnlog.stores.redis",
     "AsyncSqliteStore": "turnlog.stores.sqlite_async",
     "PostgresStore": "turnlog.stores.postgres",
     "AsyncPostgresStore": "turnlog.stores.postgres",
+    "RedisClusterStore": "turnlog.stores.redis",
     "RedisStore": "turnlog.stores.redis",
-    "RedisClusterStore": "turnlog.stores.redis_cluster",
 }
 
 

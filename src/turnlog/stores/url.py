@@ -34,7 +34,6 @@ SCHEMES = (
 _EXTRAS = {
     "turnlog.stores.postgres": "postgres",
     "turnlog.stores.redis": "redis",
-    "turnlog.stores.redis_cluster": "redis",
 }
 
 
