@@ -19,6 +19,10 @@ from typing import Any
 from turnlog import Message, SessionService
 from turnlog.service_async import AsyncSessionService
 
+Made = tuple[Any, Callable[[], Any] | None]
+"""What a contender's `make()` returns: a fresh store, and what to call (await, for an async
+store) after the store is closed, for a client the store does not own; or None."""
+
 TICK = 0.001  # the ticker sleeps this long, then records how much later it woke
 WARM = 64  # concurrent calls that open an async store's threads or connections before timing
 
@@ -104,9 +108,9 @@ async def session_async(service: AsyncSessionService, sid: str, messages: list[M
 
 
 async def _run_async(
-    make: Callable[[], Any], tag: str, sessions: int, messages: list[Message]
+    make: Callable[[], Made], tag: str, sessions: int, messages: list[Message]
 ) -> Run:
-    store = make()
+    store, cleanup = make()
     service = AsyncSessionService(store)
     try:
         await store.open()
@@ -126,11 +130,32 @@ async def _run_async(
             await ticking
     finally:
         await service.close()
+        if cleanup is not None:
+            await cleanup()
     appended, ops = _counts(sessions, messages)
     return Run(end - start, appended, ops, lateness(ticker.ticks, start, end))
 
 
-def run_async(make: Callable[[], Any], tag: str, sessions: int, messages: list[Message]) -> Run:
+async def _run_idle(seconds: float) -> Run:
+    ticker = LoopTicker()
+    ticking = asyncio.create_task(ticker.run())
+    await asyncio.sleep(0.02)
+    start = time.perf_counter()
+    await asyncio.sleep(seconds)
+    end = time.perf_counter()
+    ticking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await ticking
+    return Run(end - start, 0, 0, lateness(ticker.ticks, start, end))
+
+
+def run_idle(seconds: float) -> Run:
+    """The ticker alone on a fresh loop for `seconds`: the stalls the machine itself causes
+    (other processes, the OS), the floor under every async row."""
+    return asyncio.run(_run_idle(seconds))
+
+
+def run_async(make: Callable[[], Made], tag: str, sessions: int, messages: list[Message]) -> Run:
     """`sessions` tasks on a fresh event loop, over a fresh store from `make()`."""
     return asyncio.run(_run_async(make, tag, sessions, messages))
 
@@ -172,11 +197,12 @@ def session_sync(service: SessionService, sid: str, messages: list[Message]) -> 
 
 
 def run_sync(
-    make: Callable[[], Any], tag: str, sessions: int, messages: list[Message], workers: int
+    make: Callable[[], Made], tag: str, sessions: int, messages: list[Message], workers: int
 ) -> Run:
     """The sessions on a pool of `workers` threads (all started, each having called the store
     once, before the clock starts), over a fresh sync store from `make()`."""
-    service = SessionService(make())
+    store, cleanup = make()
+    service = SessionService(store)
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="bench") as pool:
             ready = threading.Barrier(workers)
@@ -198,5 +224,7 @@ def run_sync(
                 end = time.perf_counter()
     finally:
         service.close()
+        if cleanup is not None:
+            cleanup()
     appended, ops = _counts(sessions, messages)
     return Run(end - start, appended, ops, lateness(ticker.ticks, start, end))

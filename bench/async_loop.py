@@ -46,18 +46,20 @@ import tempfile  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import ExitStack, contextmanager  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 from _harness import machine, table, verdict, words  # noqa: E402
-from _loop_runs import Run, run_async, run_sync  # noqa: E402
+from _loop_runs import Made, Run, run_async, run_idle, run_sync  # noqa: E402
 from turnlog import Message  # noqa: E402
 
 DSN = os.environ.get("TURNLOG_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 URL = os.environ.get("TURNLOG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 KINDS = ("memory", "sqlite", "postgres", "redis", "cluster")
 STALL_TARGET_MS = 10.0  # AsyncSqliteStore: p99 loop stall under this
-RATIO_TARGET = 1.5  # AsyncPostgresStore, AsyncRedisStore: throughput vs the same-size pool
+RATIO_TARGET = 1.5
+IDLE = "idle loop (the floor)"  # the ticker alone on a loop: what the machine costs it
+IDLE_SECONDS = 2.0  # AsyncPostgresStore, AsyncRedisStore: throughput vs the same-size pool
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,7 +71,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=20, help="messages per session")
     parser.add_argument("--pool", type=int, default=32, help="the smaller sync thread pool")
     parser.add_argument("--pool-max", type=int, default=20, help="server store pool size")
-    parser.add_argument("--sqlite-workers", type=int, default=4, help="AsyncSqliteStore workers")
+    parser.add_argument(
+        "--sqlite-workers",
+        default="4,1",
+        help="AsyncSqliteStore worker counts: the first is the main row, the others extra rows",
+    )
     parser.add_argument("--rounds", type=int, help="rounds per store (3; quick 1)")
     parser.add_argument("--dsn", default=DSN, help="the PostgreSQL server")
     parser.add_argument("--url", default=URL, help="the Redis server")
@@ -77,6 +83,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sessions = args.sessions or (100 if args.quick else 1_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
+    args.sqlite_workers = [int(w) for w in args.sqlite_workers.split(",")]
     unknown = set(args.stores.split(",")) - set(KINDS)
     if unknown:
         parser.error(f"unknown store kinds {sorted(unknown)}; choose from {', '.join(KINDS)}")
@@ -88,9 +95,11 @@ class Kind:
     """One store kind: how to make a fresh async and sync store for a run."""
 
     name: str
-    make_async: Callable[[], Any]
-    make_sync: Callable[[], Any]
+    make_async: Callable[[], Made]
+    make_sync: Callable[[], Made]
     about: str
+    variants: dict[str, Callable[[], Made]] = field(default_factory=dict)
+    """More async contenders, by label (SQLite: other worker counts)."""
 
 
 def script(rng: random.Random, count: int) -> list[Message]:
@@ -108,12 +117,17 @@ def sqlite_kind(args: argparse.Namespace, tmp: Path) -> Kind:
     def path() -> Path:
         return tmp / f"loop-{uuid.uuid4().hex[:8]}.db"
 
+    def make(workers: int) -> Callable[[], Made]:
+        return lambda: (AsyncSqliteStore(path(), workers=workers), None)
+
+    first, *more = args.sqlite_workers
     return Kind(
         "SQLite",
-        lambda: AsyncSqliteStore(path(), workers=args.sqlite_workers),
-        lambda: SqliteStore(path()),
-        f"a fresh file per run; async on {args.sqlite_workers} worker threads, "
-        "sync one connection per thread",
+        make(first),
+        lambda: (SqliteStore(path()), None),
+        f"a fresh file per run; async on {first} worker thread(s) (then "
+        f"{', '.join(map(str, more)) or 'no other count'}), sync one connection per thread",
+        {f"async, 1 loop, {w} worker{'s' if w > 1 else ''}": make(w) for w in more},
     )
 
 
@@ -121,7 +135,12 @@ def memory_kind() -> Kind:
     from turnlog import MemoryStore
     from turnlog.stores.memory_async import AsyncMemoryStore
 
-    return Kind("memory", AsyncMemoryStore, MemoryStore, "a fresh store per run")
+    return Kind(
+        "memory",
+        lambda: (AsyncMemoryStore(), None),
+        lambda: (MemoryStore(), None),
+        "a fresh store per run",
+    )
 
 
 @contextmanager
@@ -136,8 +155,8 @@ def postgres_kind(args: argparse.Namespace) -> Iterator[Kind]:
     try:
         yield Kind(
             "PostgreSQL",
-            lambda: AsyncPostgresStore(args.dsn, schema=schema, **size),
-            lambda: PostgresStore(args.dsn, schema=schema, **size),
+            lambda: (AsyncPostgresStore(args.dsn, schema=schema, **size), None),
+            lambda: (PostgresStore(args.dsn, schema=schema, **size), None),
             f"schema {schema}; pool_min = pool_max = {args.pool_max} on both",
         )
     finally:
@@ -147,38 +166,77 @@ def postgres_kind(args: argparse.Namespace) -> Iterator[Kind]:
 
 
 def drop_keys(client: Any, prefix: str) -> None:
-    if hasattr(client, "get_primaries"):  # a cluster: scan every master
-        nodes = client.get_primaries()
-        keys = [k for n in nodes for k in client.scan_iter(match=f"{prefix}:*", target_nodes=n)]
-    else:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1_000))
-    for key in keys:  # one by one: a cluster refuses a DEL across slots
-        client.delete(key)
+    """Unlink every key under `prefix` (one key per command: a cluster refuses cross-slot ones)."""
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1_000))
+    for at in range(0, len(keys), 1_000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[at : at + 1_000]:
+            pipe.unlink(key)
+        pipe.execute()
 
 
 @contextmanager
-def redis_kind(args: argparse.Namespace, url: str, cluster: bool) -> Iterator[Kind]:
+def redis_kind(args: argparse.Namespace) -> Iterator[Kind]:
+    """Standalone Redis. The stores take no pool size, so both get a client of our own on a
+    blocking pool of `--pool-max` connections (callers wait for a free one, as on PostgreSQL)."""
     import redis
-    from redis.cluster import RedisCluster
+    import redis.asyncio
 
-    if cluster:
-        from turnlog.stores.redis import AsyncRedisClusterStore as Async
-        from turnlog.stores.redis import RedisClusterStore as Sync
-    else:
-        from turnlog.stores.redis import AsyncRedisStore as Async
-        from turnlog.stores.redis import RedisStore as Sync
+    from turnlog.stores.redis import AsyncRedisStore, RedisStore
+
     prefix = f"bench-loop-{uuid.uuid4().hex[:8]}"
-    size = {"pool_max": args.pool_max}
+
+    def make_async() -> Made:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            args.url, max_connections=args.pool_max, timeout=60
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        return AsyncRedisStore(client, prefix=prefix), client.aclose
+
+    def make_sync() -> Made:
+        pool = redis.BlockingConnectionPool.from_url(
+            args.url, max_connections=args.pool_max, timeout=60
+        )
+        client = redis.Redis(connection_pool=pool)
+        return RedisStore(client, prefix=prefix), client.close
+
     try:
         yield Kind(
-            "Redis Cluster" if cluster else "Redis",
-            lambda: Async(url, prefix=prefix, **size),
-            lambda: Sync(url, prefix=prefix, **size),
-            f"prefix {prefix}; pool_max = {args.pool_max} connections on both",
+            "Redis",
+            make_async,
+            make_sync,
+            f"prefix {prefix}; a blocking pool of {args.pool_max} connections on both",
         )
     finally:
-        plain = url.replace("+cluster", "")
-        admin = RedisCluster.from_url(plain.split(",")[0]) if cluster else redis.Redis.from_url(url)
+        admin = redis.Redis.from_url(args.url)
+        drop_keys(admin, prefix)
+        admin.close()
+
+
+@contextmanager
+def cluster_kind(args: argparse.Namespace, stack: ExitStack) -> Iterator[Kind]:
+    """Redis Cluster, with the stores' own clients (redis-py's default pools, one per node,
+    unbounded on both sides: its cluster client has no blocking pool)."""
+    from redis.cluster import RedisCluster as Client
+
+    from turnlog.stores.redis import AsyncRedisClusterStore, RedisClusterStore
+
+    url = args.cluster_url
+    if url is None:
+        from redis_cluster import RedisCluster
+
+        url = stack.enter_context(RedisCluster.start()).url
+    prefix = f"bench-loop-{uuid.uuid4().hex[:8]}"
+    try:
+        yield Kind(
+            "Redis Cluster",
+            lambda: (AsyncRedisClusterStore(url, prefix=prefix), None),
+            lambda: (RedisClusterStore(url, prefix=prefix), None),
+            f"{url}; prefix {prefix}; redis-py's default (unbounded) pools on both",
+        )
+    finally:
+        first = url.replace("+cluster", "").split(",")[0]
+        admin = Client.from_url(first)
         drop_keys(admin, prefix)
         admin.close()
 
@@ -194,14 +252,9 @@ def kinds(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> Iterator[Kin
             elif name == "postgres":
                 yield stack.enter_context(postgres_kind(args))
             elif name == "redis":
-                yield stack.enter_context(redis_kind(args, args.url, cluster=False))
+                yield stack.enter_context(redis_kind(args))
             elif name == "cluster":
-                url = args.cluster_url
-                if url is None:
-                    from redis_cluster import RedisCluster
-
-                    url = stack.enter_context(RedisCluster.start()).url
-                yield stack.enter_context(redis_kind(args, url, cluster=True))
+                yield stack.enter_context(cluster_kind(args, stack))
         except ImportError as exc:
             print(f"\n{name}: skipped, its async store is not in this checkout ({exc})")
 
@@ -212,12 +265,17 @@ def contenders(args: argparse.Namespace, kind: Kind) -> dict[str, Callable[[str]
     n = args.sessions
     found = {
         "async, 1 loop": lambda tag: run_async(kind.make_async, tag, n, messages),
+        **{
+            label: lambda tag, make=make: run_async(make, tag, n, messages)
+            for label, make in kind.variants.items()
+        },
         f"sync, {n} threads": lambda tag: run_sync(kind.make_sync, tag, n, messages, n),
     }
     if args.pool < n:
         found[f"sync, {args.pool} threads"] = lambda tag: run_sync(
             kind.make_sync, tag, n, messages, args.pool
         )
+    found[IDLE] = lambda tag: run_idle(IDLE_SECONDS)
     return found
 
 
@@ -234,26 +292,29 @@ def measure(args: argparse.Namespace, kind: Kind) -> dict[str, list[Run]]:
     return runs
 
 
-def rows_of(kind: Kind, runs: dict[str, list[Run]]) -> tuple[list[list[object]], float]:
+def rows_of(
+    kind: Kind, runs: dict[str, list[Run]], sessions: int, pool: int
+) -> tuple[list[list[object]], float]:
     """Table rows for one store, and the async / same-size-pool throughput ratio."""
-    names = list(runs)
-    base = {name: Run.median(r, "messages_per_s") for name, r in runs.items()}
+    rate = {name: Run.median(r, "messages_per_s") for name, r in runs.items()}
+    same, small = rate[f"sync, {sessions} threads"], rate.get(f"sync, {pool} threads")
     rows: list[list[object]] = []
-    for name in names:
-        got = runs[name]
+    for name, got in runs.items():
+        idle = name == IDLE
         rows.append(
             [
                 f"{kind.name}: {name}",
-                f"{base[name]:,.0f}",
-                f"{Run.median(got, 'ops_per_s'):,.0f}",
+                "" if idle else f"{rate[name]:,.0f}",
+                "" if idle else f"{Run.median(got, 'ops_per_s'):,.0f}",
                 f"{Run.median(got, 'seconds'):.2f}",
                 f"{Run.median(got, 'stall_p50') * 1e3:.2f}",
                 f"{Run.median(got, 'stall_p99') * 1e3:.2f}",
                 f"{max(g.stall_max for g in got) * 1e3:.1f}",
-                "" if name == names[0] else f"{base[names[0]] / base[name]:.2f}x",
+                "" if idle else f"{rate[name] / same:.2f}x",
+                "" if idle or small is None else f"{rate[name] / small:.2f}x",
             ]
         )
-    return rows, base[names[0]] / base[names[1]]
+    return rows, rate["async, 1 loop"] / same
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -271,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         for kind in kinds(args, Path(tmp), stack):
             print(f"\n{kind.name}: {kind.about}", flush=True)
             runs = measure(args, kind)
-            got, ratio = rows_of(kind, runs)
+            got, ratio = rows_of(kind, runs, args.sessions, args.pool)
             rows += got
             async_runs = runs["async, 1 loop"]
             p99 = Run.median(async_runs, "stall_p99") * 1e3
@@ -296,10 +357,14 @@ def main(argv: list[str] | None = None) -> None:
         "stall p50 ms",
         "p99 ms",
         "max ms",
-        "async/this",
+        f"/ sync {args.sessions}",
+        f"/ sync {args.pool}",
     ]
     print(table(headers, rows))
-    print("(stall: the async ticker task's lateness; for sync rows, a ticker thread's)")
+    print(
+        "(stall: how late a ticker sleeping 1 ms wakes: a task on the loop for the async rows "
+        f"and '{IDLE}', a thread for the sync rows; / sync N: msgs/s over that row's)"
+    )
     for line in verdicts:
         print(line)
 
