@@ -36,6 +36,9 @@ class Run:
     ops: int
     stalls: list[float] = field(default_factory=list)
     """The ticker's lateness per tick while the workload ran, seconds."""
+    net: list[float] = field(default_factory=list)
+    """The same, less the time the ticker's thread spent runnable but waiting for a CPU (the OS
+    run queue, from /proc schedstat; all of the lateness where that is not available)."""
 
     @property
     def messages_per_s(self) -> float:
@@ -45,19 +48,31 @@ class Run:
     def ops_per_s(self) -> float:
         return self.ops / self.seconds
 
-    def _q(self, q: float) -> float:
-        if not self.stalls:
+    @staticmethod
+    def _q(values: list[float], q: float) -> float:
+        if not values:
             return float("nan")
-        ordered = sorted(self.stalls)
+        ordered = sorted(values)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     @property
     def stall_p50(self) -> float:
-        return self._q(0.50)
+        return self._q(self.stalls, 0.50)
 
     @property
     def stall_p99(self) -> float:
-        return self._q(0.99)
+        return self._q(self.stalls, 0.99)
+
+    @property
+    def net_p99(self) -> float:
+        return self._q(self.net, 0.99)
+
+    @property
+    def cpu_wait_share(self) -> float:
+        """Of the lateness of ticks late by more than 5 ms, the share spent waiting for a CPU."""
+        late = [(s, s - n) for s, n in zip(self.stalls, self.net, strict=True) if s > 0.005]
+        total = sum(s for s, _ in late)
+        return sum(w for _, w in late) / total if total else float("nan")
 
     @property
     def stall_max(self) -> float:
@@ -75,27 +90,52 @@ def _counts(sessions: int, messages: list[Message]) -> tuple[int, int]:
 # -- async ----------------------------------------------------------------------------------
 
 
-def lateness(ticks: list[tuple[float, float]], start: float, end: float) -> list[float]:
-    """How late each tick woke, for the ticks that overlap the window [start, end].
+Tick = tuple[float, float, float]
+"""When a tick began and woke (perf_counter seconds), and how long its thread waited for a CPU."""
+
+
+def run_queue_clock() -> Callable[[], float]:
+    """A clock of the seconds the calling thread has spent runnable but not running (Linux
+    schedstat), or one that stays at 0 where the kernel does not say."""
+    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+    try:
+        with open(path) as f:
+            f.read()
+    except OSError:
+        return lambda: 0.0
+
+    def waited() -> float:
+        with open(path) as f:
+            return int(f.read().split()[1]) / 1e9
+
+    return waited
+
+
+def window(ticks: list[Tick], start: float, end: float) -> tuple[list[float], list[float]]:
+    """How late each tick woke, and that less its CPU wait, for the ticks that overlap the
+    window [start, end].
 
     A tick that began before `end` and woke after `start` counts, even when it woke only after
     the workload ended: a stall that lasted to the end (a store that never yields) is kept.
     """
-    return [woke - began - TICK for began, woke in ticks if began < end and woke > start]
+    kept = [
+        (woke - began - TICK, wait) for began, woke, wait in ticks if began < end and woke > start
+    ]
+    return [late for late, _ in kept], [max(0.0, late - wait) for late, wait in kept]
 
 
 class LoopTicker:
-    """A task that sleeps `TICK` in a loop and records (began, woke) for every tick."""
+    """A task that sleeps `TICK` in a loop and records every tick."""
 
     def __init__(self) -> None:
-        self.ticks: list[tuple[float, float]] = []
+        self.ticks: list[Tick] = []
 
     async def run(self) -> None:
-        clock = time.perf_counter
+        clock, waited = time.perf_counter, run_queue_clock()
         while True:
-            began = clock()
+            began, wait = clock(), waited()
             await asyncio.sleep(TICK)
-            self.ticks.append((began, clock()))
+            self.ticks.append((began, clock(), waited() - wait))
 
 
 async def session_async(service: AsyncSessionService, sid: str, messages: list[Message]) -> None:
@@ -133,7 +173,7 @@ async def _run_async(
         if cleanup is not None:
             await cleanup()
     appended, ops = _counts(sessions, messages)
-    return Run(end - start, appended, ops, lateness(ticker.ticks, start, end))
+    return Run(end - start, appended, ops, *window(ticker.ticks, start, end))
 
 
 async def _run_idle(seconds: float) -> Run:
@@ -146,7 +186,7 @@ async def _run_idle(seconds: float) -> Run:
     ticking.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await ticking
-    return Run(end - start, 0, 0, lateness(ticker.ticks, start, end))
+    return Run(end - start, 0, 0, *window(ticker.ticks, start, end))
 
 
 def run_idle(seconds: float) -> Run:
@@ -164,19 +204,19 @@ def run_async(make: Callable[[], Made], tag: str, sessions: int, messages: list[
 
 
 class ThreadTicker:
-    """A thread that sleeps `TICK` in a loop and records (began, woke) for every tick."""
+    """A thread that sleeps `TICK` in a loop and records every tick."""
 
     def __init__(self) -> None:
-        self.ticks: list[tuple[float, float]] = []
+        self.ticks: list[Tick] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
 
     def _run(self) -> None:
-        clock = time.perf_counter
+        clock, waited = time.perf_counter, run_queue_clock()
         while not self._stop.is_set():
-            began = clock()
+            began, wait = clock(), waited()
             time.sleep(TICK)
-            self.ticks.append((began, clock()))
+            self.ticks.append((began, clock(), waited() - wait))
 
     def __enter__(self) -> ThreadTicker:
         self._thread.start()
@@ -227,4 +267,4 @@ def run_sync(
         if cleanup is not None:
             cleanup()
     appended, ops = _counts(sessions, messages)
-    return Run(end - start, appended, ops, lateness(ticker.ticks, start, end))
+    return Run(end - start, appended, ops, *window(ticker.ticks, start, end))

@@ -310,6 +310,8 @@ def rows_of(
                 f"{Run.median(got, 'stall_p50') * 1e3:.2f}",
                 f"{Run.median(got, 'stall_p99') * 1e3:.2f}",
                 f"{max(g.stall_max for g in got) * 1e3:.1f}",
+                f"{Run.median(got, 'net_p99') * 1e3:.2f}",
+                f"{Run.median(got, 'cpu_wait_share'):.0%}",
                 "" if idle else f"{rate[name] / same:.2f}x",
                 "" if idle or small is None else f"{rate[name] / small:.2f}x",
             ]
@@ -357,6 +359,8 @@ def main(argv: list[str] | None = None) -> None:
         "stall p50 ms",
         "p99 ms",
         "max ms",
+        "p99 net",
+        "CPU wait",
         f"/ sync {args.sessions}",
         f"/ sync {args.pool}",
     ]
