@@ -40,6 +40,14 @@ class Run:
     """The same, less the time the ticker's thread spent runnable but waiting for a CPU (the OS
     run queue, from /proc schedstat; all of the lateness where that is not available)."""
 
+    cpu: float = float("nan")
+    """CPU seconds the whole process used (every thread) while the workload ran."""
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU seconds per wall second: 1.0 is one core busy all along."""
+        return self.cpu / self.seconds
+
     @property
     def messages_per_s(self) -> float:
         return self.messages / self.seconds
@@ -159,11 +167,11 @@ async def _run_async(
         ticker = LoopTicker()
         ticking = asyncio.create_task(ticker.run())
         await asyncio.sleep(0.02)
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         await asyncio.gather(
             *(session_async(service, f"{tag}-{i}", messages) for i in range(sessions))
         )
-        end = time.perf_counter()
+        end, cpu = time.perf_counter(), time.process_time() - cpu
         await asyncio.sleep(0.01)  # let the tick that spans the end record itself
         ticking.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -173,20 +181,20 @@ async def _run_async(
         if cleanup is not None:
             await cleanup()
     appended, ops = _counts(sessions, messages)
-    return Run(end - start, appended, ops, *window(ticker.ticks, start, end))
+    return Run(end - start, appended, ops, *window(ticker.ticks, start, end), cpu=cpu)
 
 
 async def _run_idle(seconds: float) -> Run:
     ticker = LoopTicker()
     ticking = asyncio.create_task(ticker.run())
     await asyncio.sleep(0.02)
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     await asyncio.sleep(seconds)
-    end = time.perf_counter()
+    end, cpu = time.perf_counter(), time.process_time() - cpu
     ticking.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await ticking
-    return Run(end - start, 0, 0, *window(ticker.ticks, start, end))
+    return Run(end - start, 0, 0, *window(ticker.ticks, start, end), cpu=cpu)
 
 
 def run_idle(seconds: float) -> Run:
@@ -254,17 +262,17 @@ def run_sync(
             list(pool.map(warm, range(workers)))
             gc.collect()
             with ThreadTicker() as ticker:
-                start = time.perf_counter()
+                cpu, start = time.process_time(), time.perf_counter()
                 futures = [
                     pool.submit(session_sync, service, f"{tag}-{i}", messages)
                     for i in range(sessions)
                 ]
                 for future in futures:
                     future.result()
-                end = time.perf_counter()
+                end, cpu = time.perf_counter(), time.process_time() - cpu
     finally:
         service.close()
         if cleanup is not None:
             cleanup()
     appended, ops = _counts(sessions, messages)
-    return Run(end - start, appended, ops, *window(ticker.ticks, start, end))
+    return Run(end - start, appended, ops, *window(ticker.ticks, start, end), cpu=cpu)

@@ -17,9 +17,10 @@ the OS cost a thread that wants to run, the nearest sync analogue of a loop stal
 Throughput is messages appended per second (ops/s counts every call: create, appends, view).
 Every contender gets a fresh store handle per run, opened and warmed (its threads started, its
 connections made) before the clock starts; the garbage collector stays on (a collection is a
-real stall), collected before each run. The server stores get the same `--pool-max` (and
-`pool_min`) on both sides. SQLite: a fresh file per run; the async store runs on
-`--sqlite-workers` threads (its default, 4), the sync store opens one connection per thread.
+real stall), collected before each run. The server stores get the same `--pool-max` on both
+sides. SQLite: a fresh file per run; the async store runs on
+`--sqlite-workers` threads (2, its default; then 4 and 1 for comparison), the sync store opens
+one connection per thread.
 
     python bench/async_loop.py [--quick] [--stores memory,sqlite,postgres,redis,cluster]
         [--sessions 1000] [--messages 20] [--pool 32] [--pool-max 20] [--rounds 3]
@@ -73,7 +74,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool-max", type=int, default=20, help="server store pool size")
     parser.add_argument(
         "--sqlite-workers",
-        default="4,1",
+        default="2,4,1",
         help="AsyncSqliteStore worker counts: the first is the main row, the others extra rows",
     )
     parser.add_argument("--rounds", type=int, help="rounds per store (3; quick 1)")
@@ -151,13 +152,19 @@ def postgres_kind(args: argparse.Namespace) -> Iterator[Kind]:
     from turnlog.stores.postgres import AsyncPostgresStore, PostgresStore
 
     schema = f"tl_loop_{uuid.uuid4().hex[:8]}"
-    size = {"pool_min": args.pool_max, "pool_max": args.pool_max}
+    # pool_min stays at its default (1): with pool_min near pool_max, more callers than
+    # connections starve (the store keeps up to pool_min connections warm outside the pool,
+    # where a caller already waiting in the pool never gets them; measured, see the docs)
+    # connect_timeout is also how long a call waits for a free connection: 1,000 callers on 20
+    # connections wait longer than the default 10 s (the pool does not serve them in turn)
+    size = {"pool_max": args.pool_max, "connect_timeout": 120}
     try:
         yield Kind(
             "PostgreSQL",
             lambda: (AsyncPostgresStore(args.dsn, schema=schema, **size), None),
             lambda: (PostgresStore(args.dsn, schema=schema, **size), None),
-            f"schema {schema}; pool_min = pool_max = {args.pool_max} on both",
+            f"schema {schema}; pool_max = {args.pool_max} (pool_min 1), connect_timeout 120 s "
+            "on both",
         )
     finally:
         with psycopg.connect(args.dsn, autocommit=True) as admin:
@@ -307,6 +314,8 @@ def rows_of(
                 "" if idle else f"{rate[name]:,.0f}",
                 "" if idle else f"{Run.median(got, 'ops_per_s'):,.0f}",
                 f"{Run.median(got, 'seconds'):.2f}",
+                f"{Run.median(got, 'cpu_share'):.0%}",
+                "" if idle else f"{Run.median(got, 'cpu') / got[0].ops * 1e6:,.0f}",
                 f"{Run.median(got, 'stall_p50') * 1e3:.2f}",
                 f"{Run.median(got, 'stall_p99') * 1e3:.2f}",
                 f"{max(g.stall_max for g in got) * 1e3:.1f}",
@@ -356,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         "msgs/s",
         "ops/s",
         "wall s",
+        "CPU",
+        "CPU us/op",
         "stall p50 ms",
         "p99 ms",
         "max ms",
@@ -367,7 +378,9 @@ def main(argv: list[str] | None = None) -> None:
     print(table(headers, rows))
     print(
         "(stall: how late a ticker sleeping 1 ms wakes: a task on the loop for the async rows "
-        f"and '{IDLE}', a thread for the sync rows; / sync N: msgs/s over that row's)"
+        f"and '{IDLE}', a thread for the sync rows; p99 net: less the ticker's waits for a CPU; "
+        "CPU wait: their share of the ticks late by > 5 ms; CPU: process CPU time / wall time, "
+        f"100% = one core; / sync N: msgs/s over that row's)"
     )
     for line in verdicts:
         print(line)
