@@ -222,9 +222,11 @@ def redis_kind(args: argparse.Namespace) -> Iterator[Kind]:
 
 @contextmanager
 def cluster_kind(args: argparse.Namespace, stack: ExitStack) -> Iterator[Kind]:
-    """Redis Cluster, with the stores' own clients (redis-py's default pools, one per node,
-    unbounded on both sides: its cluster client has no blocking pool)."""
-    from redis.cluster import RedisCluster as Client
+    """Redis Cluster. Both stores get a client of our own allowing `--sessions` connections per
+    node: redis-py's cluster pools do not block when full, they fail (the async client's default
+    of 100 per node fails 1,000 concurrent calls), and a thread pool needs one per thread."""
+    import redis.asyncio.cluster as async_cluster
+    import redis.cluster as sync_cluster
 
     from turnlog.stores.redis import AsyncRedisClusterStore, RedisClusterStore
 
@@ -233,17 +235,31 @@ def cluster_kind(args: argparse.Namespace, stack: ExitStack) -> Iterator[Kind]:
         from redis_cluster import RedisCluster
 
         url = stack.enter_context(RedisCluster.start()).url
+    seeds = [s.rpartition(":") for s in url.split("://", 1)[1].split(",")]
     prefix = f"bench-loop-{uuid.uuid4().hex[:8]}"
+    most = args.sessions
+
+    def make_async() -> Made:
+        nodes = [async_cluster.ClusterNode(h, int(p)) for h, _, p in seeds]
+        client = async_cluster.RedisCluster(startup_nodes=nodes, max_connections=most)
+        return AsyncRedisClusterStore(client, prefix=prefix), client.aclose
+
+    def make_sync() -> Made:
+        nodes = [sync_cluster.ClusterNode(h, int(p)) for h, _, p in seeds]
+        client = sync_cluster.RedisCluster(startup_nodes=nodes, max_connections=most)
+        return RedisClusterStore(client, prefix=prefix), client.close
+
     try:
         yield Kind(
             "Redis Cluster",
-            lambda: (AsyncRedisClusterStore(url, prefix=prefix), None),
-            lambda: (RedisClusterStore(url, prefix=prefix), None),
-            f"{url}; prefix {prefix}; redis-py's default (unbounded) pools on both",
+            make_async,
+            make_sync,
+            f"{url}; prefix {prefix}; up to {most} connections per node on both",
         )
     finally:
-        first = url.replace("+cluster", "").split(",")[0]
-        admin = Client.from_url(first)
+        admin = sync_cluster.RedisCluster(
+            startup_nodes=[sync_cluster.ClusterNode(h, int(p)) for h, _, p in seeds]
+        )
         drop_keys(admin, prefix)
         admin.close()
 
