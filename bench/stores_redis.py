@@ -63,8 +63,7 @@ from _harness import (  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
 from turnlog import CompactionBoundary, Session, SessionEvent  # noqa: E402
 from turnlog.codec import decode_event, encode_body, to_micros  # noqa: E402
-from turnlog.stores.redis import RedisStore  # noqa: E402
-from turnlog.stores.redis_cluster import RedisClusterStore  # noqa: E402
+from turnlog.stores.redis import RedisClusterStore, RedisStore  # noqa: E402
 
 URL = os.environ.get("TURNLOG_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 APPEND_TARGET = 0.7

@@ -11,7 +11,8 @@ survive:
 - A block written `if True:  # ASYNC` keeps its body in the async source and its `else:` body in
   the sync twin, for the few lines that differ in more than names.
 
-The output is then passed through `ruff check --fix` (import order) and `ruff format`.
+The output is then passed through `ruff check --fix` (import and `__all__` order, unused
+imports) and `ruff format`.
 
 Usage:
     python scripts/async_to_sync.py           # regenerate every sync twin
@@ -36,6 +37,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/stores/protocol_async.py", "src/turnlog/stores/protocol.py"),
     ("src/turnlog/service_async.py", "src/turnlog/service.py"),
+    ("src/turnlog/stores/opening_async.py", "src/turnlog/stores/opening.py"),
+    ("src/turnlog/toolsearch/search_async.py", "src/turnlog/toolsearch/search.py"),
+    (
+        "src/turnlog/stores/postgres/connections_async.py",
+        "src/turnlog/stores/postgres/connections.py",
+    ),
+    ("src/turnlog/stores/postgres/schema_async.py", "src/turnlog/stores/postgres/schema.py"),
+    ("src/turnlog/stores/postgres/store_async.py", "src/turnlog/stores/postgres/store.py"),
+    ("src/turnlog/stores/redis/core_async.py", "src/turnlog/stores/redis/core.py"),
+    ("src/turnlog/stores/redis/store_async.py", "src/turnlog/stores/redis/store.py"),
+    ("src/turnlog/stores/redis/cluster_async.py", "src/turnlog/stores/redis/cluster.py"),
 )
 
 FIXED = {
@@ -198,7 +210,10 @@ def generate(source: str, target: str) -> str:
     code = tree.visit(AsyncToSync()).code
     code = _header(source) + code
     path = ROOT / target
-    code = _ruff(["check", "--fix", "--unsafe-fixes", "--select", "I,F401", "--quiet"], code, path)
+    # I and RUF022: renames can unsort imports and __all__; F401: imports only the source needs.
+    code = _ruff(
+        ["check", "--fix", "--unsafe-fixes", "--select", "I,F401,RUF022", "--quiet"], code, path
+    )
     return _ruff(["format", "--quiet"], code, path)
 
 

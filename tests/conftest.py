@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from turnlog import MemoryStore, SessionService, SqliteStore
+from service_modes import MODES, open_service
+from turnlog.stores.base import utc_now
 
 POSTGRES_ENV = "TURNLOG_TEST_POSTGRES_DSN"
 REDIS_ENV = "TURNLOG_TEST_REDIS_URL"
@@ -128,9 +129,23 @@ def _serve(what: str, kind: Any, address: Callable[[Any], str]) -> Iterator[str]
         pytest.fail(f"could not start the test {what} server: {exc}", pytrace=False)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=MODES)
 def service(request, tmp_path):
-    """A SessionService on a MemoryStore and on a SQLite file (the test runs once with each)."""
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    with SessionService(store) as svc:
+    """A SessionService on a MemoryStore and on a SQLite file, and an AsyncSessionService on
+    their async twins behind a blocking bridge (the test runs once with each)."""
+    svc, close = open_service(request.param, tmp_path, utc_now)
+    try:
         yield svc
+    finally:
+        close()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def sync_service(request, tmp_path):
+    """`service` in the blocking modes only: for a test whose trigger or strategy calls the
+    service back (its async twin, with an async callback, is in tests/test_service_async.py)."""
+    svc, close = open_service(request.param, tmp_path, utc_now)
+    try:
+        yield svc
+    finally:
+        close()

@@ -636,15 +636,20 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
         "assistant: Tram 15E from Praça da Figueira, about 30 minutes.",
     ]
     assert lines[6] == "12 events in the log: the 11 messages and the boundary"
-    # the second example, on the default store
-    assert lines[7:] == ["SqliteStore 1"]
+    # the asyncio example
+    assert lines[7:9] == [
+        "     user: What's the weather in Lisbon?",
+        "assistant: Sunny and 22C.",
+    ]
+    # the scaling-out example, on the default store
+    assert lines[9:] == ["SqliteStore 1"]
 
 
 def test_docs_link_to_each_other():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for page in ["concepts", "compaction", "stores", "errors", "cli", "benchmarks"]:
+    for page in ["concepts", "compaction", "stores", "errors", "cli", "benchmarks", "async"]:
         assert f"docs/{page}.md" in readme
-    for page in ["concepts", "compaction", "stores", "errors", "cli"]:
+    for page in ["concepts", "compaction", "stores", "errors", "cli", "async"]:
         assert (ROOT / "docs" / f"{page}.md").exists()
 
 

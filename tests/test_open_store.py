@@ -1,5 +1,6 @@
 """open_store: one URL for every store."""
 
+import asyncio
 import re
 import sys
 
@@ -60,6 +61,16 @@ def test_server_stores_load_lazily_and_name_their_extra(monkeypatch):
         turnlog.RedisStore  # noqa: B018
 
 
+async def append_async(url, options):
+    from turnlog import AsyncSessionService, Message, open_store_async
+
+    store = await open_store_async(url, **options)
+    assert type(store).__name__ in ("AsyncPostgresStore", "AsyncRedisStore")
+    async with AsyncSessionService(store) as service:
+        assert await service.version("s") == 1
+        await service.append_message("s", Message.assistant("from asyncio"))
+
+
 def test_open_store_reaches_the_real_servers(postgres_dsn, redis_url):
     import uuid
 
@@ -76,6 +87,10 @@ def test_open_store_reaches_the_real_servers(postgres_dsn, redis_url):
                 service.append_message("s", Message.user("hello"))
                 assert service.version("s") == 1
                 assert type(service.store).__name__ in ("PostgresStore", "RedisStore")
+            # the async twin opens the same data, and the blocking store sees what it wrote
+            asyncio.run(append_async(url, options))
+            with SessionService(open_store(url, **options)) as service:
+                assert [m.text for m in service.view_messages("s")] == ["hello", "from asyncio"]
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -186,3 +201,48 @@ def test_postgres_refuses_a_bad_dsn_at_once():
         PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=10)
     assert time.monotonic() - started < 2  # not the 10 s of the pool's retries
     assert "\n" not in str(raised.value)
+
+
+# -- open_store_async ------------------------------------------------------------------------
+
+
+def test_open_store_async_opens_the_async_twins(tmp_path, monkeypatch):
+    import asyncio
+
+    from turnlog import AsyncMemoryStore, AsyncSqliteStore, open_store_async
+
+    monkeypatch.chdir(tmp_path)
+
+    async def main():
+        store = await open_store_async("sqlite:///rel.db?busy_timeout=2")
+        try:
+            assert isinstance(store, AsyncSqliteStore) and store.path.name == "rel.db"
+            assert (tmp_path / "rel.db").exists()  # open when returned
+        finally:
+            await store.close()
+        memory = await open_store_async("memory://")
+        assert isinstance(memory, AsyncMemoryStore)
+        await memory.close()
+        with pytest.raises(InvalidInput):
+            await open_store_async("ftp://x")
+        with pytest.raises(InvalidInput, match="both in the URL"):
+            await open_store_async("sqlite:///x.db?busy_timeout=1", busy_timeout=2)
+
+    asyncio.run(main())
+
+
+def test_open_store_async_closes_a_store_it_could_not_open(tmp_path):
+    import asyncio
+    import threading
+
+    from turnlog import CorruptData, open_store_async
+
+    bad = tmp_path / "not-a-db.db"
+    bad.write_bytes(b"this is no SQLite file" * 100)
+
+    async def main():
+        with pytest.raises(CorruptData):
+            await open_store_async(str(bad))
+
+    asyncio.run(main())
+    assert not [t for t in threading.enumerate() if t.name.startswith("turnlog-sqlite")]

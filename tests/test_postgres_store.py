@@ -26,7 +26,7 @@ from turnlog import (
     WindowCompactionStrategy,
 )
 from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, migrate
-from turnlog.stores.postgres_schema import lock_class
+from turnlog.stores.postgres.ddl import lock_class
 from turnlog.testing import StoreContract
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

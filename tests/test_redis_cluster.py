@@ -16,8 +16,7 @@ import redis
 from redis_cluster import free_ports
 from test_redis_store import RedisChecks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
-from turnlog.stores.redis import RedisStore
-from turnlog.stores.redis_cluster import RedisClusterStore
+from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import StoreContract
 
 

@@ -38,8 +38,7 @@ from turnlog import (
     VersionConflict,
     WindowCompactionStrategy,
 )
-from turnlog.stores.redis import RedisStore
-from turnlog.stores.redis_cluster import RedisClusterStore
+from turnlog.stores.redis import RedisClusterStore, RedisStore
 
 pytestmark = pytest.mark.slow
 

@@ -4,17 +4,15 @@ from datetime import timedelta
 
 import pytest
 
+from service_modes import MODES, open_service
 from turnlog import (
     CompactionWindow,
     EventFilter,
     InvalidInput,
-    MemoryStore,
     Message,
     SessionAlreadyExists,
     SessionEvent,
     SessionNotFound,
-    SessionService,
-    SqliteStore,
     ToolCall,
     ToolResult,
     TurnCountTrigger,
@@ -23,21 +21,14 @@ from turnlog import (
 from turnlog.testing import FakeClock
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=MODES)
 def clock_and_service(request, tmp_path):
     clock = FakeClock()
-    store = (
-        MemoryStore(clock=clock)
-        if request.param == "memory"
-        else SqliteStore(tmp_path / "t.db", clock=clock)
-    )
-    with SessionService(store, clock=clock) as service:
+    service, close = open_service(request.param, tmp_path, clock)
+    try:
         yield clock, service
-
-
-@pytest.fixture
-def service(clock_and_service):
-    return clock_and_service[1]
+    finally:
+        close()
 
 
 def test_create_find_and_get_or_create(service):
@@ -167,7 +158,8 @@ def test_events_filters_through_the_service(service):
     assert [e.message.text for e in last if e.message] == ["u1", "a1", "u2", "a2"]
 
 
-def test_compaction_that_loses_the_race_writes_nothing(service):
+def test_compaction_that_loses_the_race_writes_nothing(sync_service):
+    service = sync_service
     service.create("s")
     for i in range(4):
         service.append_message("s", Message.user(f"u{i}"))
@@ -209,7 +201,8 @@ def test_appended_events_must_belong_to_the_session(service):
     assert service.version("a") == service.version("b") == 0
 
 
-def test_compact_retries_a_lost_race_on_the_new_view(service):
+def test_compact_retries_a_lost_race_on_the_new_view(sync_service):
+    service = sync_service
     service.create("s")
     for i in range(4):
         service.append_message("s", Message.user(f"u{i}"))
@@ -228,7 +221,8 @@ def test_compact_retries_a_lost_race_on_the_new_view(service):
     assert service.version("s") == 10  # 8 + the racing append + one boundary
 
 
-def test_compact_gives_up_after_its_retries(service):
+def test_compact_gives_up_after_its_retries(sync_service):
+    service = sync_service
     service.create("s")
     for i in range(3):
         service.append_message("s", Message.user(f"u{i}"))

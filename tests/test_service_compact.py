@@ -336,7 +336,8 @@ class RacingStrategy:
         return self.inner.compact(request)
 
 
-def test_a_pass_that_loses_the_race_writes_nothing(service):
+def test_a_pass_that_loses_the_race_writes_nothing(sync_service):
+    service = sync_service
     sid = service.create().id
     for text in ("u1", "a1", "u2", "a2"):
         role = Message.user if text[0] == "u" else Message.assistant

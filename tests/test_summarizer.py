@@ -4,6 +4,7 @@ import logging
 
 import pytest
 
+from service_modes import BlockingService
 from turnlog import (
     CharCounter,
     ChatModelSummarizer,
@@ -16,6 +17,14 @@ from turnlog import (
 )
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT, DEFAULT_SUMMARY_SYSTEM_PROMPT
 from turnlog.testing import ScriptedChatModel
+from turnlog.testing.fakes import AsyncScriptedChatModel
+
+
+def scripted(service, replies):
+    """A scripted chat model for `service`: with `async def complete` for AsyncSessionService
+    (so the async path, which awaits the model, is the one tested), blocking otherwise."""
+    async_mode = isinstance(service, BlockingService)
+    return (AsyncScriptedChatModel if async_mode else ScriptedChatModel)(replies)
 
 
 def add(service, sid, *messages):
@@ -45,7 +54,7 @@ def prompt_of(model, call=-1):
 def test_summary_turn_is_a_synthetic_shadow_prompt_and_the_reply(service):
     sid = service.create().id
     add(service, sid, *turns(1, 2))
-    model = ScriptedChatModel(["  The user asked question 1.  "])
+    model = scripted(service, ["  The user asked question 1.  "])
 
     result = compact(service, sid, ChatModelSummarizer(model))
 
@@ -68,7 +77,7 @@ def test_summary_turn_is_a_synthetic_shadow_prompt_and_the_reply(service):
 def test_custom_shadow_prompt_and_system_prompt(service):
     sid = service.create().id
     add(service, sid, *turns(1, 2))
-    model = ScriptedChatModel(["Zusammenfassung"])
+    model = scripted(service, ["Zusammenfassung"])
     summarizer = ChatModelSummarizer(
         model, shadow_prompt="Fasse unser Gespräch zusammen.", system_prompt="Be brief."
     )
@@ -94,7 +103,7 @@ def test_prompt_renders_the_covered_events_with_event_text(service):
         Message.assistant("answer 1"),
         *turns(2),
     )
-    model = ScriptedChatModel(["s"])
+    model = scripted(service, ["s"])
 
     compact(service, sid, ChatModelSummarizer(model))
 
@@ -113,7 +122,7 @@ def test_prompt_renders_the_covered_events_with_event_text(service):
 def test_prompt_feeds_the_prior_summary_back(service):
     sid = service.create().id
     add(service, sid, *turns(1, 2))
-    model = ScriptedChatModel(["FIRST SUMMARY", "SECOND SUMMARY"])
+    model = scripted(service, ["FIRST SUMMARY", "SECOND SUMMARY"])
     summarizer = ChatModelSummarizer(model)
     compact(service, sid, summarizer)
     add(service, sid, *turns(3))
@@ -150,7 +159,7 @@ def test_prompt_quotes_the_first_overlap_size_preserved_events(
 ):
     sid = service.create().id
     add(service, sid, *turns(1, 2, 3, 4))
-    model = ScriptedChatModel(["s"])
+    model = scripted(service, ["s"])
 
     compact(
         service,
@@ -179,7 +188,7 @@ def test_prompt_never_includes_stored_system_messages(service):
         Message.assistant("answer 1"),
         *turns(2),
     )
-    model = ScriptedChatModel(["s"])
+    model = scripted(service, ["s"])
 
     result = compact(service, sid, ChatModelSummarizer(model, overlap_size=5))
 
@@ -204,7 +213,7 @@ def test_prompt_never_includes_stored_system_messages(service):
 def test_a_custom_event_formatter_renders_the_prompt(service):
     sid = service.create().id
     add(service, sid, *turns(1, 2))
-    model = ScriptedChatModel(["s"])
+    model = scripted(service, ["s"])
     summarizer = ChatModelSummarizer(model, event_formatter=lambda e: f"<<{e.message.text}>>")
 
     compact(service, sid, summarizer)
@@ -220,7 +229,7 @@ def test_a_blank_reply_warns_calls_on_failure_and_writes_nothing(service, caplog
     add(service, sid, *turns(1, 2))
     version = service.version(sid)
     failures = []
-    model = ScriptedChatModel([reply])
+    model = scripted(service, [reply])
     summarizer = ChatModelSummarizer(model, on_failure=failures.append)
 
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
@@ -242,7 +251,7 @@ def test_a_blank_reply_without_on_failure_still_writes_nothing(service, caplog):
     add(service, sid, *turns(1, 2))
     version = service.version(sid)
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
-        result = compact(service, sid, ChatModelSummarizer(ScriptedChatModel([" "])))
+        result = compact(service, sid, ChatModelSummarizer(scripted(service, [" "])))
     assert result.unchanged and service.version(sid) == version
     assert any(r.levelno == logging.WARNING for r in caplog.records)
 
@@ -252,7 +261,7 @@ def test_an_exception_from_the_model_propagates_and_nothing_is_written(service):
     add(service, sid, *turns(1, 2))
     log = service.events(sid)
     failures = []
-    model = ScriptedChatModel([RuntimeError("model is down")])
+    model = scripted(service, [RuntimeError("model is down")])
 
     with pytest.raises(RuntimeError, match="model is down"):
         compact(service, sid, ChatModelSummarizer(model, on_failure=failures.append))

@@ -1,6 +1,8 @@
 """Discovered tools live in the session log: they survive compaction, restarts and instances."""
 
 import json
+import threading
+from collections import Counter
 
 import pytest
 
@@ -30,6 +32,12 @@ WEATHER = ToolReference("get_weather", "Current weather for a city.")
 EMAIL = ToolReference("send_email", "Send an email to a recipient.")
 STOCK = ToolReference("stock_quote", "Latest stock price for a ticker.")
 TOOLS = [WEATHER, EMAIL, STOCK]
+
+
+@pytest.fixture
+def service(sync_service):
+    """ToolSearch records discoveries through the blocking SessionService."""
+    return sync_service
 
 
 def offered(search, session_id):
@@ -175,6 +183,34 @@ def test_only_tools_still_offered_are_offered(service):
     before = service.version("s")
     search.run_search("s", "email")
     assert service.version("s") == before
+
+
+def test_threads_searching_one_session_record_each_tool_once(service):
+    service.create("s")
+    searches = [ToolSearch(service=service) for _ in range(2)]
+    for search in searches:
+        search.prepare("s", TOOLS)
+    queries = ["weather", "email", "stock price"] * 8
+    start = threading.Barrier(len(queries))
+    results, errors = [], []
+
+    def run(n, query):
+        try:
+            start.wait()
+            results.append(searches[n % 2].run_search("s", query))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=item) for item in enumerate(queries)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    names = [name for event in discovery_events(service, "s") for name in event.payload["names"]]
+    everything = Counter(t.name for t in TOOLS)
+    assert Counter(names) == everything  # each tool once in the log
+    assert Counter(name for result in results for name in result.new) == everything
 
 
 def test_the_session_must_exist(service):

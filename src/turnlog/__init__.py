@@ -30,17 +30,41 @@ from turnlog.errors import (
 )
 from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
 from turnlog.service import SessionService
-from turnlog.stores import EventFilter, MemoryStore, SessionStore, SqliteStore, open_store
+from turnlog.service_async import AsyncSessionService
+from turnlog.stores import (
+    EventFilter,
+    MemoryStore,
+    SessionStore,
+    SqliteStore,
+    open_store,
+    open_store_async,
+)
+from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.text import event_text
 from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCounter
 
 __version__ = "0.1.0"
 
 
+_LAZY_STORES = frozenset(
+    {
+        "AsyncMemoryStore",
+        "AsyncPostgresStore",
+        "AsyncRedisClusterStore",
+        "AsyncRedisStore",
+        "AsyncSqliteStore",
+        "PostgresStore",
+        "RedisClusterStore",
+        "RedisStore",
+    }
+)
+
+
 def __getattr__(name: str) -> object:
-    # The server stores load their drivers only when asked for. They stay out of __all__, so
-    # that `from turnlog import *` works on an install without their extras.
-    if name in ("PostgresStore", "RedisStore", "RedisClusterStore"):
+    # The server stores load their drivers only when asked for, and the async stores asyncio.
+    # They stay out of __all__, so that `from turnlog import *` works on an install without
+    # their extras (and `import turnlog` stays quick).
+    if name in _LAZY_STORES:
         from turnlog import stores
 
         return getattr(stores, name)
@@ -48,6 +72,8 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AsyncSessionService",
+    "AsyncSessionStore",
     "CharCounter",
     "ChatModel",
     "ChatModelSummarizer",
@@ -86,4 +112,5 @@ __all__ = [
     "__version__",
     "event_text",
     "open_store",
+    "open_store_async",
 ]

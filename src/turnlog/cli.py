@@ -50,9 +50,10 @@ from turnlog.events import SessionEvent, check_id
 from turnlog.importers import read_conversations
 from turnlog.rules import check_messages
 from turnlog.service import SessionService
+from turnlog.stores.opening import open_store
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.sqlite import SqliteStore
-from turnlog.stores.url import open_store, store_url
+from turnlog.stores.url import store_url
 
 __all__ = ["main"]
 
@@ -308,7 +309,7 @@ def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
     kind, url, options = ("path", "", {}) if where.url is None else store_url(where.url)
     if kind == "postgresql":
         try:
-            from turnlog.stores.postgres_schema import migrate
+            from turnlog.stores.postgres.schema import migrate
         except ImportError:
             return _fail("PostgreSQL needs an extra: pip install 'turnlog[postgres]'", 1)
         options.pop("pool_min", None)

@@ -66,6 +66,13 @@ def _completion(chat_model: object) -> ChatFunction:
     return cast(ChatFunction, check_function(chat_model, "chat_model", shape))
 
 
+def _is_async(fn: object) -> bool:
+    """Whether calling `fn` starts a coroutine (an `async def` function, method or __call__)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
 class ChatModelSummarizer:
     """Asks a chat model for a rolling summary of what leaves the view.
 
@@ -116,6 +123,7 @@ class ChatModelSummarizer:
         if not shadow_prompt.strip():
             raise InvalidInput("shadow_prompt must not be blank")
         self._complete = _completion(chat_model)
+        self._async = _is_async(self._complete)
         check_function(event_formatter, "event_formatter", "(SessionEvent) -> str")
         if on_failure is not None:
             check_function(on_failure, "on_failure", "(SummaryRequest) -> None, or None")
@@ -161,14 +169,18 @@ class ChatModelSummarizer:
         With an async chat model (`async def complete`, or an async function) this returns an
         awaitable, which `AsyncSessionService` awaits.
         """
+        if self._async:
+            return self._summary_async(request)  # the model is asked when this is awaited
         reply = self._complete(self.prompt(request))
-        if inspect.isawaitable(reply):
-            return self._summary_async(request, reply)
+        if inspect.isawaitable(reply):  # a plain function that returned an awaitable
+            return self._summary_of(request, reply)
         return self._summary_turn(request, reply)
 
-    async def _summary_async(
-        self, request: SummaryRequest, reply: Awaitable[object]
-    ) -> list[Message]:
+    async def _summary_async(self, request: SummaryRequest) -> list[Message]:
+        reply = self._complete(self.prompt(request))
+        return self._summary_turn(request, await cast(Awaitable[Message], reply))
+
+    async def _summary_of(self, request: SummaryRequest, reply: Awaitable[object]) -> list[Message]:
         return self._summary_turn(request, await reply)
 
     def _summary_turn(self, request: SummaryRequest, reply: object) -> list[Message]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -132,29 +132,29 @@ class WindowCompactionStrategy:
         plan = self._plan(request)
         if isinstance(plan, CompactionResult):
             return plan
-        messages: Sequence[Message] = []
-        if plan.summary_request is not None and self.summarizer is not None:
-            reply = self.summarizer(plan.summary_request)
-            if inspect.isawaitable(reply):
-                if inspect.iscoroutine(reply):
-                    reply.close()
-                raise InvalidInput(
-                    "the summarizer is async (it returned an awaitable): compact with "
-                    "AsyncSessionService, or call compact_async; nothing was written"
-                )
-            messages = reply
-        return self._finish(request, plan, messages)
+        reply = self._ask(plan)
+        if inspect.isawaitable(reply):
+            if inspect.iscoroutine(reply):
+                reply.close()
+            raise InvalidInput(
+                "the summarizer is async (it returned an awaitable): compact with "
+                "AsyncSessionService, or call compact_async; nothing was written"
+            )
+        return self._finish(request, plan, reply)
 
     async def compact_async(self, request: CompactionRequest) -> CompactionResult:
         """`compact`, awaiting the summarizer when it is async (a plain one is called as is)."""
         plan = self._plan(request)
         if isinstance(plan, CompactionResult):
             return plan
-        messages: Sequence[Message] = []
-        if plan.summary_request is not None and self.summarizer is not None:
-            reply = self.summarizer(plan.summary_request)
-            messages = await reply if inspect.isawaitable(reply) else reply
-        return self._finish(request, plan, messages)
+        reply = self._ask(plan)
+        return self._finish(request, plan, await reply if inspect.isawaitable(reply) else reply)
+
+    def _ask(self, plan: _Plan) -> list[Message] | Awaitable[list[Message]]:
+        """The summarizer's reply for `plan` (an awaitable when it is async); [] without one."""
+        if plan.summary_request is None or self.summarizer is None:
+            return []
+        return self.summarizer(plan.summary_request)
 
     def _plan(self, request: CompactionRequest) -> _Plan | CompactionResult:
         """Everything up to the summary; an unchanged result when nothing leaves the view."""

@@ -1,4 +1,4 @@
-"""`open_store(url)`: one way to open any store from a URL (the edge of the library only).
+"""Store URLs: what `open_store(url)` and `open_store_async(url)` open (the edge of the library).
 
 A URL may carry the store's own arguments as query parameters (`postgresql://...?schema=chat`,
 `redis://...?prefix=chat&connect_timeout=2`); `store_url` splits them off. Parameters that
@@ -16,9 +16,8 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from turnlog.errors import InvalidInput
-from turnlog.stores.protocol import SessionStore
 
-__all__ = ["SCHEMES", "URL_PARAMETERS", "open_store", "store_url"]
+__all__ = ["SCHEMES", "URL_PARAMETERS", "load_optional", "store_target", "store_url"]
 
 SCHEMES = (
     "sqlite",
@@ -35,7 +34,6 @@ SCHEMES = (
 _EXTRAS = {
     "turnlog.stores.postgres": "postgres",
     "turnlog.stores.redis": "redis",
-    "turnlog.stores.redis_cluster": "redis",
 }
 
 
@@ -265,59 +263,26 @@ def _safe(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def open_store(url: str, **options: Any) -> SessionStore:
-    """Open the store a URL names. The caller owns it: `close()` it, or use it in a `with`.
-
-    - `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, or a plain file path
-    - `postgresql://user@host:5432/db` (extra `turnlog[postgres]`)
-    - `redis://host:6379/0`, `rediss://...`, `unix:///path/redis.sock` (extra `turnlog[redis]`)
-    - `redis+cluster://host:port,host:port`, `rediss+cluster://...` (extra `turnlog[redis]`)
-    - `memory://`
-
-    Query parameters set the store's arguments (see `URL_PARAMETERS` and docs/stores.md):
-    `?busy_timeout=` on SQLite, `?schema=`, `?connect_timeout=`, `?partitions=`, `?pool_min=`,
-    `?pool_max=` on PostgreSQL (libpq's own parameters such as `sslmode` pass through),
-    `?prefix=`, `?connect_timeout=`, `?timeout=`, `?retries=` on Redis (redis-py's own pass
-    through).
-
-    Args:
-        url: the store's address.
-        **options: passed to the store's constructor (e.g. `busy_timeout`, `schema`, `prefix`).
+def store_target(url: str, options: Mapping[str, Any]) -> tuple[str, str | Path, dict[str, Any]]:
+    """What `open_store(url, **options)` opens: (kind, the path or the URL left for the
+    driver, the store's arguments from the URL and `options` together).
 
     Raises:
         InvalidInput: an unknown scheme or parameter, a malformed URL, an argument given both in
-            the URL and in `options`.
-        ImportError: the store's extra is not installed; the message has the pip line.
+            the URL and in `options`, a sqlite URL without a file.
     """
     kind, clean, from_url = store_url(url)
     twice = sorted(set(from_url) & set(options))
     if twice:
         raise InvalidInput(f"{twice[0]} is given both in the URL and as an argument: pick one")
-    options = {**from_url, **options}
+    arguments = {**from_url, **options}
     if kind == "path":
-        from turnlog.stores.sqlite import SqliteStore
-
-        return SqliteStore(Path(url), **options)
+        return "sqlite", Path(url), arguments
     if kind == "sqlite":
         path = unquote(urlsplit(url).path)
         if path.startswith("/"):
             path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
         if not path:
             raise InvalidInput(f"{url!r} names no file: use sqlite:///path/to/file.db")
-        from turnlog.stores.sqlite import SqliteStore
-
-        return SqliteStore(Path(path), **options)
-    if kind == "memory":
-        from turnlog.stores.memory import MemoryStore
-
-        return MemoryStore(**options)
-    if kind == "postgresql":
-        store: SessionStore = load_optional("turnlog.stores.postgres", "PostgresStore")(
-            clean, **options
-        )
-        return store
-    if kind == "redis":
-        store = load_optional("turnlog.stores.redis", "RedisStore")(clean, **options)
-        return store
-    store = load_optional("turnlog.stores.redis_cluster", "RedisClusterStore")(clean, **options)
-    return store
+        return "sqlite", Path(path), arguments
+    return kind, clean, arguments

@@ -4,9 +4,9 @@
 (`pip install 'turnlog[testing]'`); they load when first asked for.
 """
 
-from turnlog.testing.fakes import FakeClock, ScriptedChatModel
+from turnlog.testing.fakes import AsyncScriptedChatModel, FakeClock, ScriptedChatModel
 
-__all__ = ["FakeClock", "ScriptedChatModel"]
+__all__ = ["AsyncScriptedChatModel", "FakeClock", "ScriptedChatModel"]
 
 
 def __getattr__(name: str) -> object:

@@ -28,6 +28,7 @@ from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.testing.contract import StoreContract
+from turnlog.testing.contract_asyncio import AsyncioContract
 
 __all__ = ["AsyncStoreContract", "LoopThread", "blocking"]
 
@@ -39,8 +40,8 @@ class LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the loop and return its result (or raise its exception)."""
@@ -55,7 +56,7 @@ class LoopThread:
 
         left = self.run(leftovers())
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
+        self.thread.join()
         self.loop.close()
         assert not left, f"tasks left running on the store's event loop: {left}"
 
@@ -123,10 +124,17 @@ def blocking(store: AsyncSessionStore, loop: LoopThread) -> SessionStore:
     return _Blocking(store, loop)
 
 
-class AsyncStoreContract(StoreContract):
+class AsyncStoreContract(AsyncioContract, StoreContract):
     """The contract suite for an async store. Subclasses implement `make_async_store`."""
 
     _loop: LoopThread | None = None
+
+    def _async_store(self, store: SessionStore) -> AsyncSessionStore:
+        assert isinstance(store, _Blocking)
+        return store.async_store
+
+    def _run_on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._running_loop().run(coro)
 
     async def make_async_store(self, tmp_path: Path) -> AsyncSessionStore:
         """A new, empty async store for one test (built on the test's event loop)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -9,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
 
-__all__ = ["FakeClock", "ScriptedChatModel"]
+__all__ = ["AsyncScriptedChatModel", "FakeClock", "ScriptedChatModel"]
 
 
 class ScriptedChatModel:
@@ -47,6 +48,14 @@ class ScriptedChatModel:
         if isinstance(reply, str):
             return Message.assistant(reply)
         return reply(messages)
+
+
+class AsyncScriptedChatModel(ScriptedChatModel):
+    """`ScriptedChatModel` with `async def complete`: a stand-in for an async model client."""
+
+    async def complete(self, messages: Sequence[Message]) -> Message:  # type: ignore[override]
+        await asyncio.sleep(0)  # a real client gives the loop away while it waits
+        return super().complete(messages)
 
 
 class FakeClock:

@@ -1,7 +1,8 @@
 """Tool search: the model searches the tools it needs instead of being sent all of them.
 
 `ToolSearch` is the entry point: per request, `prepare` the session's tools, offer the model
-`offered_tools`, and answer its `tool_search` calls with `answer_call`.
+`offered_tools`, and answer its `tool_search` calls with `answer_call`. `AsyncToolSearch` is its
+asyncio twin, recording discoveries through an `AsyncSessionService`.
 
 See docs/toolsearch.md. `EmbeddingToolIndex` and `HybridToolIndex` need the `embeddings` extra
 (`pip install 'turnlog[embeddings]'`) and are imported only when first used.
@@ -24,11 +25,12 @@ from turnlog.toolsearch.eviction import (
     TtlEvictionStrategy,
 )
 from turnlog.toolsearch.regex import RegexToolIndex
-from turnlog.toolsearch.search import (
+from turnlog.toolsearch.search import ToolSearch
+from turnlog.toolsearch.search_async import AsyncToolSearch
+from turnlog.toolsearch.shapes import (
     MAX_RESULTS_LIMIT,
     SEARCH_TOOL_NAME,
     SearchResult,
-    ToolSearch,
     as_anthropic_tool,
     as_openai_tool,
     as_tool_dict,
@@ -68,6 +70,7 @@ __all__ = [
     "SEARCH_TOOL_NAME",
     "TOOLS_DISCOVERED",
     "AlwaysEvict",
+    "AsyncToolSearch",
     "Bm25ToolIndex",
     "CompositeEvictionStrategy",
     "LruEvictionStrategy",

@@ -1,3 +1,5 @@
+# Generated from src/turnlog/toolsearch/search_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
 """`ToolSearch`: one search tool for the model instead of every tool definition.
 
 The flow of one request (see docs/toolsearch.md):
@@ -5,28 +7,38 @@ The flow of one request (see docs/toolsearch.md):
 1. `prepare(session_id, tools)`: eviction runs, and the session's tools are indexed when they
    changed since its last request.
 2. Send the model `offered_tools(session_id)`: the search tool and the tools it discovered.
-3. When the model calls `tool_search`, answer with `answer_call` (or `run_search`): the names of
-   the matching tools, which are now discovered and offered from the next step on.
+3. When the model calls `tool_search`, answer with `answer_call` (or
+   `run_search`): the names of the matching tools, which are now discovered and offered
+   from the next step on.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
-from turnlog.errors import InvalidInput
+from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import check_id
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
 from turnlog.toolsearch._sets import SharedSets
-from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolIndexEvictionStrategy, ToolReference
+from turnlog.toolsearch.base import ToolIndex, ToolIndexEvictionStrategy, ToolReference
 from turnlog.toolsearch.bm25 import Bm25ToolIndex
 from turnlog.toolsearch.discovery import TOOLS_DISCOVERED, discovered_names, discovery_event
 from turnlog.toolsearch.eviction import LruEvictionStrategy
+from turnlog.toolsearch.shapes import (
+    MAX_RESULTS_LIMIT,
+    SEARCH_TOOL_NAME,
+    SearchResult,
+    as_anthropic_tool,
+    as_openai_tool,
+    as_tool_dict,
+    check_limit,
+    search_arguments,
+    search_tool_definition,
+    tool_from_dict,
+)
 from turnlog.toolsearch.words import check_tools, tools_fingerprint
 
 __all__ = [
@@ -40,93 +52,8 @@ __all__ = [
     "tool_from_dict",
 ]
 
-SEARCH_TOOL_NAME: Final = "tool_search"
-"""The name of the search tool the model calls."""
-
-MAX_RESULTS_LIMIT: Final = 25
-"""The most tools one search returns, whatever the model asks for."""
-
-_DESCRIPTION: Final = (
-    "Search the tools available to you. Only the tools found with this search can be "
-    "called, so search first whenever you need to act: describe the capability in a few "
-    "plain words (for example 'weather forecast for a city' or 'send an email with an "
-    "attachment'). The names of the best matching tools come back, and those tools become "
-    "available to call from your next step. Tools found earlier in this conversation stay "
-    "available. If nothing fits, search again with other words."
-)
-_QUERY_DESCRIPTION: Final = "What the tool should do, in a few plain words."
-_MAX_RESULTS_DESCRIPTION: Final = "How many tools to return at most."
-
-
-def as_tool_dict(tool: ToolReference) -> dict[str, Any]:
-    """The neutral shape: `{"name", "description", "parameters"}` (`ToolReference.as_dict`)."""
-    return tool.as_dict()
-
-
-def as_openai_tool(tool: ToolReference) -> dict[str, Any]:
-    """The OpenAI Chat Completions shape (`ToolReference.as_openai_tool`)."""
-    return tool.as_openai_tool()
-
-
-def as_anthropic_tool(tool: ToolReference) -> dict[str, Any]:
-    """The Anthropic Messages shape (`ToolReference.as_anthropic_tool`)."""
-    return tool.as_anthropic_tool()
-
-
-def tool_from_dict(spec: Mapping[str, Any]) -> ToolReference:
-    """A `ToolReference` from a tool definition in the neutral, OpenAI or Anthropic shape.
-
-    Raises:
-        InvalidInput: `spec` is none of those shapes.
-    """
-    if not isinstance(spec, Mapping):
-        raise InvalidInput(f"a tool definition must be a mapping, got {type(spec).__name__}")
-    if spec.get("type") == "function" and isinstance(spec.get("function"), Mapping):
-        spec = spec["function"]
-    name = spec.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidInput(f"a tool definition needs a non-blank 'name', got {name!r}")
-    description = spec.get("description", "")
-    if description is None:
-        description = ""
-    if not isinstance(description, str):
-        raise InvalidInput(f"the 'description' of tool {name!r} must be a string")
-    parameters = spec.get("parameters", spec.get("input_schema"))
-    if parameters is not None and not isinstance(parameters, Mapping):
-        raise InvalidInput(f"the parameters of tool {name!r} must be a JSON-schema object")
-    return ToolReference(name, description, parameters)
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """What one search found."""
-
-    query: str
-    """The query, as given."""
-    hits: tuple[ToolHit, ...]
-    """The matching tools, best first."""
-    new: tuple[str, ...]
-    """The names among `hits` the session had not discovered before."""
-
-    @property
-    def names(self) -> list[str]:
-        """The matching tool names, best first."""
-        return [hit.name for hit in self.hits]
-
-    def to_json(self) -> str:
-        """The tool result to send the model: `{"tools": [names], "message": ...}`."""
-        names = self.names
-        if names:
-            message = "These tools are now available: call them directly."
-        else:
-            message = "No tool matched. Search again with other words."
-        return json.dumps({"tools": names, "message": message})
-
-
-def _check_limit(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{what} must be a positive integer, got {value!r}")
-    return min(value, MAX_RESULTS_LIMIT)
+CHECKED_ATTEMPTS: Final = 8
+"""Version-checked attempts at recording a discovery before it is appended unchecked."""
 
 
 class ToolSearch:
@@ -139,8 +66,11 @@ class ToolSearch:
     Discoveries: with a `service`, every search that finds tools new to a session appends a
     `TURNLOG.TOOLS_DISCOVERED` event to the session's log, and `offered_tools` reads them from
     the log: they survive compaction (which never covers custom events), restarts, and work
-    across `ToolSearch` objects sharing a store. The session must exist in the service's store.
-    Without a service, discoveries are kept in memory and dropped with the session's index.
+    across `ToolSearch` objects sharing a store. The session must exist in the service's
+    store. Concurrent searches of a session record each tool once: the append is checked
+    against the version the discoveries were read at, and a search that loses the race reads
+    them again. Without a service, discoveries are kept in memory and dropped with the
+    session's index.
 
     Thread-safe.
 
@@ -169,13 +99,15 @@ class ToolSearch:
                 f"eviction must be a ToolIndexEvictionStrategy, got {type(eviction).__name__}"
             )
         if service is not None and not isinstance(service, SessionService):
-            raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
+            wanted = "a SessionService"
+            raise InvalidInput(f"service must be {wanted}, got {type(service).__name__}")
         self._index: ToolIndex = Bm25ToolIndex() if index is None else index
         self._eviction: ToolIndexEvictionStrategy = (
             LruEvictionStrategy(1000) if eviction is None else eviction
         )
-        self._max_results = _check_limit(max_results, "max_results")
+        self._max_results = check_limit(max_results, "max_results")
         self._service = service
+        # Guards the state below; held for a few dictionary operations, never across an await.
         self._lock = threading.Lock()
         # Per prepared session: its tools by name (shared between identical tool sets).
         self._toolsets: SharedSets[dict[str, ToolReference]] = SharedSets()
@@ -275,25 +207,7 @@ class ToolSearch:
         and an optional `max_results` integer. Turn it into a provider's shape with
         `as_openai_tool` or `as_anthropic_tool`. A fresh object on each call.
         """
-        return ToolReference(
-            SEARCH_TOOL_NAME,
-            _DESCRIPTION,
-            {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": _QUERY_DESCRIPTION},
-                    "max_results": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_RESULTS_LIMIT,
-                        "default": self._max_results,
-                        "description": _MAX_RESULTS_DESCRIPTION,
-                    },
-                },
-                "required": ["query"],
-                "additionalProperties": False,
-            },
-        )
+        return search_tool_definition(self._max_results)
 
     def run_search(
         self, session_id: str, query: str, max_results: int | None = None
@@ -320,7 +234,7 @@ class ToolSearch:
         if not isinstance(query, str):
             raise InvalidInput(f"query must be a string, got {type(query).__name__}")
         limit = (
-            self._max_results if max_results is None else _check_limit(max_results, "max_results")
+            self._max_results if max_results is None else check_limit(max_results, "max_results")
         )
         hits = self._index.search(session_id, query, max_results=limit)
         with self._lock:
@@ -328,10 +242,8 @@ class ToolSearch:
         hits = [hit for hit in hits if hit.name in toolset]
         if not hits:
             return SearchResult(query, (), ())
-        known = set(self._known(session_id))
-        new = tuple(dict.fromkeys(hit.name for hit in hits if hit.name not in known))
-        if new:
-            self._record(session_id, new, query)
+        found = tuple(dict.fromkeys(hit.name for hit in hits))
+        new = self._discover(session_id, found, query)
         return SearchResult(query, tuple(hits), new)
 
     def answer_call(self, session_id: str, arguments: str | Mapping[str, Any]) -> str:
@@ -351,17 +263,10 @@ class ToolSearch:
         Raises:
             SessionNotFound: with a service, the session does not exist in its store.
         """
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                return _error('the arguments are not valid JSON; send {"query": "..."}')
-        if not isinstance(arguments, Mapping):
-            return _error('the arguments must be an object: {"query": "..."}')
-        query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return _error("give a non-empty 'query' saying what the tool should do")
-        limit = _lenient_limit(arguments.get("max_results"))
+        read = search_arguments(arguments)
+        if isinstance(read, str):
+            return read
+        query, limit = read
         return self.run_search(session_id, query, limit).to_json()
 
     def offered_tools(self, session_id: str) -> list[ToolReference]:
@@ -379,7 +284,8 @@ class ToolSearch:
             toolset = self._toolsets.get(session_id)
         if not toolset:
             return offered
-        offered.extend(toolset[name] for name in self._known(session_id) if name in toolset)
+        known = self._known(session_id)
+        offered.extend(toolset[name] for name in known if name in toolset)
         return offered
 
     def discovered(self, session_id: str) -> list[str]:
@@ -396,63 +302,68 @@ class ToolSearch:
     # -- discoveries ---------------------------------------------------------------------------
 
     def _known(self, session_id: str) -> tuple[str, ...]:
+        """The names discovered in the session, in order."""
         service = self._service
         if service is None:
             with self._lock:
                 return tuple(self._discovered.get(session_id, ()))
+        return self._read(service, session_id)[1]
+
+    def _read(self, service: SessionService, session_id: str) -> tuple[int, tuple[str, ...]]:
+        """The session's version, and the names its log had discovered by then."""
         version = service.version(session_id)
         with self._lock:
             cached = self._log_cache.get(session_id)
         if cached is not None and cached[0] == version:
-            return cached[1]
+            return cached
         events = service.events(session_id, EventFilter(event_types=[TOOLS_DISCOVERED]))
         names = tuple(discovered_names(events))
+        self._remember(session_id, version, names)
+        return version, names
+
+    def _remember(self, session_id: str, version: int, names: tuple[str, ...]) -> None:
+        """Cache what the log held at `version`; only for prepared sessions, so the cache is
+        bounded like the indexes."""
         with self._lock:
-            # Cached only for prepared sessions, so the cache is bounded like the indexes.
             if self._toolsets.key(session_id) is not None:
                 self._log_cache[session_id] = (version, names)
-        return names
 
-    def _record(self, session_id: str, new: tuple[str, ...], query: str) -> None:
+    def _discover(self, session_id: str, found: tuple[str, ...], query: str) -> tuple[str, ...]:
+        """Record those of `found` the session had not discovered; returns them.
+
+        With a service, the discovery event is appended at the version the known names were
+        read at; when another writer appended first, the names are read again and only those
+        still new are recorded. After `CHECKED_ATTEMPTS` lost races (a log busy with other
+        writes), it is appended unchecked: a name recorded twice is read back once.
+        """
         service = self._service
         if service is None:
             with self._lock:
-                if self._toolsets.key(session_id) is not None:
+                held = self._discovered.get(session_id, {})
+                new = tuple(name for name in found if name not in held)
+                if new and self._toolsets.key(session_id) is not None:
                     self._discovered.setdefault(session_id, {}).update(dict.fromkeys(new))
-            return
-        stored = service.append_event(discovery_event(session_id, new, query))
-        with self._lock:
-            cached = self._log_cache.get(session_id)
-            if cached is not None and stored.seq is not None and cached[0] == stored.seq - 1:
-                names = tuple(dict.fromkeys((*cached[1], *new)))
-                self._log_cache[session_id] = (stored.seq, names)
-            else:
-                self._log_cache.pop(session_id, None)
+            return new
+        for _ in range(CHECKED_ATTEMPTS):
+            version, known = self._read(service, session_id)
+            new = tuple(name for name in found if name not in known)
+            if not new:
+                return new
+            event = discovery_event(session_id, new, query)
+            try:
+                stored = service.append_events(session_id, [event], version)
+            except VersionConflict:
+                continue
+            self._remember(session_id, stored, (*known, *new))
+            return new
+        known = self._known(session_id)
+        new = tuple(name for name in found if name not in known)
+        if new:
+            service.append_event(discovery_event(session_id, new, query))
+        return new
 
     def __repr__(self) -> str:
         return (
             f"ToolSearch(index={self._index!r}, eviction={self._eviction!r}, "
             f"max_results={self._max_results}, service={self._service!r})"
         )
-
-
-def _error(message: str) -> str:
-    return json.dumps({"tools": [], "error": message})
-
-
-def _lenient_limit(value: object) -> int | None:
-    """A model's max_results as a positive integer, or None for the default."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            return None
-        value = int(value)
-    if isinstance(value, int) and value >= 1:
-        return min(value, MAX_RESULTS_LIMIT)
-    return None

@@ -1,4 +1,6 @@
-"""The PostgreSQL schema of `PostgresStore`, and its versioned migrations.
+"""The PostgreSQL schema of the PostgreSQL stores, and its versioned migrations: the SQL only.
+
+This module does no I/O; `schema` (generated from `schema_async`) applies what is here.
 
 Everything lives in one PostgreSQL schema (`turnlog` by default), so several independent stores
 (or test runs) can share a database. The tables:
@@ -21,23 +23,30 @@ Server-side functions do each write in one round trip (`append_one`, `append_eve
 `put_session`, `delete_session`, `delete_expired`; `append_check` explains a declined append).
 
 Migrations run in one transaction under an advisory lock keyed on the schema name, so any
-number of processes may migrate at once: one does the work, the others wait and find it done.
+number of processes may migrate at once: one does the work, the others wait and find it done
+(see `schema.ensure_schema`).
 """
 
 from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-import psycopg
 from psycopg import sql
 
-from turnlog.durations import Duration, to_seconds
-from turnlog.errors import CorruptData, InvalidInput, StoreError
+from turnlog.errors import InvalidInput, StoreError
 
-__all__ = ["SCHEMA_VERSION", "check_schema_name", "ensure_schema", "lock_class", "migrate"]
+__all__ = [
+    "MAX_INDEXED_BYTES",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "check_partitions",
+    "check_schema_name",
+    "check_version",
+    "compose",
+    "lock_class",
+]
 
 SCHEMA_VERSION: Final = 1
 """The newest schema version this turnlog knows."""
@@ -59,7 +68,8 @@ def check_schema_name(schema: object) -> str:
     return schema
 
 
-def _check_partitions(partitions: object) -> int | None:
+def check_partitions(partitions: object) -> int | None:
+    """Return `partitions` if it is None or an integer from 1 to 1024, else raise `InvalidInput`."""
     if partitions is None:
         return None
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
@@ -289,9 +299,9 @@ $fn$;
 # Deleting: the session rows first (a sweep re-checks the expiry of a row whose TTL was
 # extended meanwhile, and skips it), then the exclusive advisory lock of each deleted session,
 # which waits for the appends in flight; then, with a fresh snapshot, everything of them.
-# `PostgresStore` takes those advisory locks before it calls these functions (see
-# `postgres_queries`), so that a delete never holds a session row while it waits for an
-# append that will update that row (a boundary): here they are then taken again, at no cost.
+# The stores take those advisory locks before they call these functions (see `queries`), so
+# that a delete never holds a session row while it waits for an append that will update that
+# row (a boundary): here they are then taken again, at no cost.
 _V1_DELETE: Final = """
 CREATE FUNCTION {s}.purge(p_gone text[]) RETURNS bigint LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -387,63 +397,22 @@ def _migration_1(schema: str, partitions: int | None) -> list[str]:
     return statements
 
 
-_MIGRATIONS: Final = {1: _migration_1}
+MIGRATIONS: Final = {1: _migration_1}
 
 
-# -- applying -------------------------------------------------------------------------------
-
-
-def _q(statement: str, schema: str) -> sql.Composed:
+def compose(statement: str, schema: str) -> sql.Composed:
+    """`statement` with its `{s}` placeholders replaced by the quoted `schema`."""
     # Only {s} is a placeholder; the DDL holds no other braces.
     return sql.SQL(statement).format(s=sql.Identifier(schema))
 
 
-def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
-    """The applied schema version; None when the schema has no turnlog tables.
+def check_version(found: int | None, schema: str, *, migrating: bool) -> None:
+    """Refuse a schema version this turnlog cannot use (`found` is None for no schema).
 
     Raises:
-        CorruptData: the schema holds tables of something else.
+        StoreError: `found` is newer than `SCHEMA_VERSION`; or it is older (or None) and
+            `migrating` is False.
     """
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s "
-        "AND tablename = 'schema_version')",
-        (schema,),
-    ).fetchone()
-    if row is not None and row[0]:
-        found = conn.execute(_q("SELECT max(version) FROM {s}.schema_version", schema)).fetchone()
-        if found is None or not isinstance(found[0], int):
-            raise CorruptData(
-                f"PostgreSQL schema {schema!r}: the turnlog schema version is missing"
-            )
-        return found[0]
-    tables = [
-        r[0]
-        for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
-        )
-    ]
-    if tables:
-        raise CorruptData(
-            f"PostgreSQL schema {schema!r} holds tables of something else "
-            f"({', '.join(tables[:5])}): give turnlog a schema of its own (schema=...)"
-        )
-    return None
-
-
-def _partition_count(conn: psycopg.Connection[Any], schema: str) -> int | None:
-    row = conn.execute(
-        "SELECT p.partrelid IS NOT NULL, (SELECT count(*) FROM pg_inherits i "
-        "WHERE i.inhparent = c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid "
-        "WHERE n.nspname = %s AND c.relname = 'events'",
-        (schema,),
-    ).fetchone()
-    if row is None or not row[0]:
-        return None
-    return int(row[1])
-
-
-def _check_version(found: int | None, schema: str, *, migrating: bool) -> None:
     if found is not None and found > SCHEMA_VERSION:
         raise StoreError(
             f"PostgreSQL schema {schema!r} has turnlog schema version {found}, made by a newer "
@@ -456,133 +425,3 @@ def _check_version(found: int | None, schema: str, *, migrating: bool) -> None:
             "run `turnlog migrate --store postgresql://...` (or open the store with "
             "migrate=True)"
         )
-
-
-def ensure_schema(
-    conn: psycopg.Connection[Any],
-    schema: str,
-    *,
-    partitions: int | None = None,
-    migrate: bool = True,
-    indexed_keys: Sequence[str] = (),
-) -> list[str]:
-    """Check the schema, migrate it when asked, and register `indexed_keys`.
-
-    `conn` must be in autocommit mode. Returns every indexed key of the schema.
-
-    Raises:
-        StoreError: the schema is missing or old and `migrate` is False; it is newer than this
-            turnlog; or its partitioning differs from `partitions`.
-        CorruptData: the schema holds tables of something else.
-    """
-    schema = check_schema_name(schema)
-    partitions = _check_partitions(partitions)
-    found = _installed_version(conn, schema)
-    _check_version(found, schema, migrating=migrate)
-    if found != SCHEMA_VERSION:
-        with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('turnlog.migrate:' || %s, 0))",
-                (schema,),
-            )
-            conn.execute(_q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
-            found = _installed_version(conn, schema)
-            _check_version(found, schema, migrating=True)
-            if found is None:
-                conn.execute(
-                    _q(
-                        "CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
-                        "applied_at timestamptz NOT NULL DEFAULT now())",
-                        schema,
-                    )
-                )
-            for version in range((found or 0) + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version](schema, partitions):
-                    conn.execute(_q(statement, schema))
-                conn.execute(
-                    _q("INSERT INTO {s}.schema_version (version) VALUES (%s)", schema), (version,)
-                )
-    if partitions is not None:
-        actual = _partition_count(conn, schema)
-        if actual != partitions:
-            made = "without partitions" if actual is None else f"with {actual} partitions"
-            raise StoreError(
-                f"PostgreSQL schema {schema!r} was made {made}, not {partitions}: partitioning "
-                "is fixed when a schema is made; pass partitions=None to use it as it is, or "
-                "pick a new schema"
-            )
-    return _register_keys(conn, schema, indexed_keys)
-
-
-def _register_keys(conn: psycopg.Connection[Any], schema: str, keys: Sequence[str]) -> list[str]:
-    """Add `keys` to the indexed keys, indexing the sessions that have them already."""
-    known = [r[0] for r in conn.execute(_q("SELECT name FROM {s}.indexed_keys", schema))]
-    new = sorted(set(keys) - set(known))
-    if new:
-        with conn.transaction():
-            # Writers of sessions wait while the new keys are indexed, so none is missed.
-            conn.execute(_q("LOCK TABLE {s}.sessions IN SHARE MODE", schema))
-            added = [
-                r[0]
-                for r in conn.execute(
-                    _q(
-                        "INSERT INTO {s}.indexed_keys (name) SELECT unnest(%s::text[]) "
-                        "ON CONFLICT DO NOTHING RETURNING name",
-                        schema,
-                    ),
-                    (new,),
-                )
-            ]
-            conn.execute(
-                _q(
-                    "INSERT INTO {s}.session_index (name, value, session_id) "
-                    "SELECT k.name, (s.metadata -> k.name)::text, s.id "
-                    "FROM {s}.sessions s, unnest(%s::text[]) AS k(name) "
-                    "WHERE jsonb_typeof(s.metadata -> k.name) IN ('string', 'number', 'boolean') "
-                    "AND octet_length((s.metadata -> k.name)::text) <= %s "
-                    "ON CONFLICT DO NOTHING",
-                    schema,
-                ),
-                (added, MAX_INDEXED_BYTES),
-            )
-        known = [r[0] for r in conn.execute(_q("SELECT name FROM {s}.indexed_keys", schema))]
-    return sorted(known)
-
-
-def migrate(
-    dsn: str,
-    *,
-    schema: str = "turnlog",
-    partitions: int | None = None,
-    connect_timeout: Duration = 10.0,
-) -> int:
-    """Create or upgrade the turnlog schema in the database at `dsn`; what `turnlog migrate` runs.
-
-    Safe to run from several processes at once, and again and again.
-
-    Args:
-        dsn: a libpq connection string or URL (`postgresql://user@host:5432/dbname`).
-        schema: the PostgreSQL schema that holds the tables.
-        partitions: hash-partition the events by session id into this many partitions, when
-            the schema is made; None for one table (or to accept what exists).
-        connect_timeout: how long to wait for the server: seconds or a `timedelta`.
-
-    Returns:
-        The schema version, now `SCHEMA_VERSION`.
-
-    Raises:
-        InvalidInput: a bad schema name, partition count or `connect_timeout`.
-        StoreError: the server cannot be reached; the schema is newer than this turnlog, or
-            partitioned differently.
-        CorruptData: the schema holds tables of something else.
-    """
-    schema = check_schema_name(schema)
-    connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=86_400)
-    try:
-        with psycopg.connect(
-            dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout))
-        ) as conn:
-            ensure_schema(conn, schema, partitions=partitions, migrate=True)
-    except psycopg.OperationalError as exc:
-        raise StoreError(f"cannot migrate PostgreSQL schema {schema!r}: {exc}") from exc
-    return SCHEMA_VERSION

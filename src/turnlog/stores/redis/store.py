@@ -1,4 +1,7 @@
-"""`RedisStore`: sessions in Redis (`RedisClusterStore`, in redis_cluster.py, is its cluster twin).
+# Generated from src/turnlog/stores/redis/store_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
+"""`RedisStore`: sessions in Redis (`RedisClusterStore`, in cluster.py, is its
+cluster twin).
 
 Every key of a session carries one hash tag, `<prefix>:{<escaped session id>}:...`, so all of a
 session lives in one slot, and each write is one Lua script there: the version check, the skip of
@@ -6,29 +9,29 @@ ids already stored, the batch, the version and the pointer to the newest boundar
 The view is read from that pointer without touching the covered history. Event ids are unique
 across sessions through one small key per id (`<prefix>:id:<escaped id>`): on one server the
 append script claims them itself; on a cluster they live in other slots, so they are claimed
-just before the script and fenced by the session's incarnation (redis_cluster.py, docs/redis.md).
-The key names and the record format are in redis_layout.py.
+just before the script and fenced by the session's incarnation (cluster.py, docs/redis.md).
+The key names and the record format are in layout.py; the client, the scripts and the errors in
+core.py.
 
 The cross-session indexes (sessions by creation and by expiry, metadata values) are hints kept
 beside the sessions: written before a session write, cleaned after a delete, and verified against
 the session on every read, so a crash between two steps never yields a wrong answer.
+
+With asyncio, a task cancelled while it waits on a write leaves the write whole or absent: each
+write is one script call, which the server runs whole once it has it, and redis-py drops the
+connection whose reply was never read, so the pool stays clean.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
-from urllib.parse import urlsplit
+from datetime import datetime
+from typing import Any, Final
 
 from turnlog.codec import dump_json, from_micros, message_ids, message_role, to_micros
-from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     InvalidInput,
     SessionAlreadyExists,
@@ -37,28 +40,22 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import Session, SessionEvent, check_id
-from turnlog.rules import Tail, check_append
+from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 from turnlog.stores.base import (
-    Clock,
     EventFilter,
-    TailMemory,
-    TailRows,
     apply_filter,
     check_batch,
     check_cutoff,
     check_event,
     check_limit,
     check_metadata_query,
-    check_rules_at,
     check_session,
     metadata_matches,
     utc_now,
 )
-from turnlog.stores.redis_layout import (
-    SCRIPTS,
-    Keys,
+from turnlog.stores.redis.core import ATTEMPTS, RACES, RedisCore, guarded, pause
+from turnlog.stores.redis.layout import (
     batch_args,
-    check_prefix,
     decode_record,
     event_of,
     index_member,
@@ -67,72 +64,25 @@ from turnlog.stores.redis_layout import (
     split_record,
     view_of,
 )
-from turnlog.stores.url import refuse_own_parameters
-
-try:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.cluster import RedisCluster as _RedisCluster
-    from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-    from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("RedisStore needs redis-py: pip install 'turnlog[redis]'") from exc
 
 __all__ = ["RedisStore"]
 
-_ATTEMPTS: Final = 16
 _TAIL_PAGE: Final = 8  # records of a log's end read at a time for the view rules
 _CHUNK: Final = 5_000  # records per read script call
-_PIPE: Final = 1_000  # commands per pipeline round trip
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
-def _guarded(
-    method: Callable[Concatenate[RedisStore, _P], _R],
-) -> Callable[Concatenate[RedisStore, _P], _R]:
-    """Refuse calls on a closed store; turn redis-py errors into `StoreError`."""
+class RedisStore(RedisCore):
+    """Sessions in one Redis server (5 or newer; 7 recommended). Safe to share between threads
+    (the blocking store) or between the tasks of one event loop (the asyncio one).
 
-    @functools.wraps(method)
-    def wrapper(self: RedisStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if self._closed:
-            raise StoreError(f"the store on {self._where} is closed")
-        try:
-            return method(self, *args, **kwargs)
-        except (RedisError, RedisClusterException) as exc:
-            raise self._translate(exc, write=method.__name__ not in _READS) from exc
-
-    return wrapper
-
-
-# Methods that never write: a lost connection during one of them cannot have changed anything.
-_READS: Final = frozenset(
-    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view"}
-)
-
-
-def _connecting(exc: BaseException) -> bool:
-    """Whether redis-py raised `exc` while opening a connection, before any command was sent
-    on it (the frames of `Connection.connect` are on its traceback)."""
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name in ("connect", "connect_check_health") and "redis" in code.co_filename:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-_MAX_GRACE: Final = 100 * 365 * 86_400  # seconds: a century
-
-
-class RedisStore:
-    """Sessions in one Redis server (5 or newer; 7 recommended). Thread-safe.
+    The constructor checks its arguments and sends nothing to the server: connections open on
+    first use (the asyncio store's `open()` also pings the server, so that an unreachable
+    server is reported there).
 
     Args:
         url_or_client: a `redis://`, `rediss://` or `unix://` URL (the store owns the connection
-            pool it opens and closes it in `close()`), or a `redis.Redis` client built with
-            `decode_responses=False` (the caller keeps owning it).
+            pool it opens and closes it in `close()`), or a `redis.Redis` client built
+            with `decode_responses=False` (the caller keeps owning it).
         prefix: the first part of every key; several stores can share a server under different
             prefixes. No `:`, braces, glob characters (`*?[]\\`), whitespace or control
             characters (so `SCAN MATCH <prefix>:*` finds exactly this store's keys).
@@ -161,177 +111,13 @@ class RedisStore:
     (connections open lazily, on first use), and `CorruptData` for a damaged record.
     """
 
-    def __init__(
-        self,
-        url_or_client: str | Any,
-        *,
-        prefix: str = "turnlog",
-        clock: Clock = utc_now,
-        expiry_grace: Duration | None = timedelta(days=1),
-        indexed_keys: Iterable[str] | None = ("owner", "user_id", "principal"),
-        timeout: Duration = 10.0,
-        connect_timeout: Duration | None = None,
-        retries: int = 0,
-    ) -> None:
-        check_prefix(prefix)
-        grace = (
-            None
-            if expiry_grace is None
-            else to_seconds(expiry_grace, "expiry_grace", most=_MAX_GRACE)
-        )
-        timeout = to_seconds(timeout, "timeout", most=86_400)
-        connect_timeout = (
-            timeout
-            if connect_timeout is None
-            else to_seconds(connect_timeout, "connect_timeout", most=86_400)
-        )
-        self._closed = False
-        self._where = "Redis"
-        self._retries = retries
-        self._client, self._owned, self._where = self._connect(
-            url_or_client, timeout, connect_timeout, retries
-        )
-        self._keys = Keys(prefix)
-        self._clock = clock
-        self._grace_ms = None if grace is None else max(1, int(grace * 1000))
-        self._indexed = None if indexed_keys is None else frozenset(indexed_keys)
-        self._shas = {
-            name: hashlib.sha1(text.encode()).hexdigest() for name, text in SCRIPTS.items()
-        }
-        self._incs: dict[str, str] = {}
-        self._incs_lock = threading.Lock()
-        self._tails = TailMemory()  # fenced by the session's incarnation
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client the store uses."""
-        return self._client
-
-    @property
-    def prefix(self) -> str:
-        """The prefix of every key of this store."""
-        return self._keys.prefix
-
-    # -- connections ------------------------------------------------------------------------
-
-    def _connect(
-        self, target: str | Any, timeout: float, connect_timeout: float, retries: int
-    ) -> tuple[Any, bool, str]:
-        if isinstance(target, _RedisCluster) or (
-            isinstance(target, str) and "+cluster://" in target
-        ):
-            raise InvalidInput("this is a Redis Cluster: use RedisClusterStore for it")
-        if isinstance(target, str):
-            refuse_own_parameters(target, "RedisStore")
-            parts = urlsplit(target)
-            where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
-            try:
-                client = redis.Redis.from_url(
-                    target,
-                    retry=Retry(NoBackoff(), retries),
-                    socket_timeout=timeout,
-                    socket_connect_timeout=connect_timeout,
-                )
-            except ValueError as exc:
-                raise InvalidInput(f"not a Redis URL: {exc}") from exc
-            return client, True, where
-        if isinstance(target, redis.Redis):
-            if target.get_connection_kwargs().get("decode_responses"):
-                raise InvalidInput("RedisStore needs a client with decode_responses=False")
-            kw = target.get_connection_kwargs()
-            return target, False, f"redis://{kw.get('host', '')}:{kw.get('port', '')}"
-        raise InvalidInput(
-            f"RedisStore takes a redis:// URL or a redis.Redis client, not {type(target).__name__}"
-        )
-
-    def close(self) -> None:
-        """Close the connection pool when the store opened it; the store is unusable after."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owned:
-            self._client.close()
-
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _translate(self, exc: Exception, *, write: bool) -> StoreError:
-        """The StoreError for a redis-py error; `write`: the failed call was a write.
-
-        Only a write whose command may have reached the server says it may have landed: a
-        read, or a connection that never opened (with no retries), changed nothing.
-        """
-        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
-            if _connecting(exc):
-                unsent = "" if not write or self._retries == 0 else " A write may have landed."
-                return StoreError(
-                    f"cannot reach {self._where} ({exc}): is the server running, and the "
-                    f"address right?{unsent}"
-                )
-            if not write:
-                return StoreError(
-                    f"lost the connection to {self._where} ({exc}) during a read: check that "
-                    "the server is up and reachable, and retry"
-                )
-            return StoreError(
-                f"lost the connection to {self._where} ({exc}): check that the server is up and "
-                "reachable. A write may or may not have landed; retrying an append with the "
-                "same event ids is safe, it never stores an event twice"
-            )
-        if isinstance(exc, redis.exceptions.ResponseError):
-            return StoreError(f"{self._where} refused a command: {exc}")
-        return StoreError(f"Redis error on {self._where}: {exc}")
-
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """EVALSHA the script `name`; load it and run it again on NOSCRIPT (a restarted or
-        failed-over server, a SCRIPT FLUSH; on a cluster SCRIPT LOAD reaches every master)."""
-        sha = self._shas[name]
-        try:
-            return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
-        except NoScriptError:
-            self._client.script_load(SCRIPTS[name])
-        try:
-            return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
-        except NoScriptError:  # flushed again between the load and the call: send the text
-            return self._client.execute_command("EVAL", SCRIPTS[name], len(keys), *keys, *args)
-
-    def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
-        """Run commands in pipelines of `_PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.
-
-        `options` go to redis-py's reply parsers (`get=True` for SET ... GET).
-        """
-        out: list[Any] = []
-        for at in range(0, len(commands), _PIPE):
-            chunk = commands[at : at + _PIPE]
-            for _ in range(2):
-                pipe = self._client.pipeline(transaction=False)
-                for command in chunk:
-                    pipe.execute_command(*command, **options)
-                results = pipe.execute(raise_on_error=False)
-                if not any(isinstance(r, NoScriptError) for r in results):
-                    break
-                self._client.script_load(SCRIPTS["release"])
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            out += results
-        return out
-
-    def _release(self, claims: Iterable[tuple[str, bytes]]) -> None:
-        """Delete each event-id key that still holds the given claim."""
-        sha = self._shas["release"]
-        self._pipeline([("EVALSHA", sha, 1, key, owner) for key, owner in claims])
-
     # -- sessions ---------------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def create_session(self, session: Session) -> None:
         self._put(check_session(session), create=True)
 
-    @_guarded
+    @guarded
     def save_session(self, session: Session) -> None:
         self._put(check_session(session), create=False)
 
@@ -340,7 +126,7 @@ class RedisStore:
         metadata = dump_json(dict(session.metadata))
         index = self._keys.indexes(session.metadata, self._indexed)
         expires = None if session.expires_at is None else to_micros(session.expires_at)
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             inc, created = self._client.hmget(keys[0], "inc", "c")
             if inc is not None and create:
                 raise SessionAlreadyExists(session.id)
@@ -390,7 +176,7 @@ class RedisStore:
             ]
         )
 
-    @_guarded
+    @guarded
     def find_session(self, session_id: str) -> Session | None:
         check_id(session_id, "session id")
         inc, *fields = self._client.hmget(self._keys.session(session_id)[0], "inc", "c", "x", "md")
@@ -409,7 +195,7 @@ class RedisStore:
                 out.append(session_of(sid, fields))
         return out
 
-    @_guarded
+    @guarded
     def list_sessions(self, *, limit: int | None = None) -> list[Session]:
         if check_limit(limit) == 0:
             return []
@@ -429,7 +215,7 @@ class RedisStore:
                 return out
             start += page
 
-    @_guarded
+    @guarded
     def delete_session(self, session_id: str) -> bool:
         check_id(session_id, "session id")
         return bool(self._delete(session_id, "", "")[0] == b"deleted")
@@ -446,7 +232,7 @@ class RedisStore:
             )
         return reply
 
-    @_guarded
+    @guarded
     def delete_expired(self, before: datetime) -> int:
         cutoff = to_micros(check_cutoff(before))
         deleted = 0
@@ -471,7 +257,7 @@ class RedisStore:
                 else:  # gone, or another incarnation: a stale entry
                     self._drop_index(member, ())
 
-    @_guarded
+    @guarded
     def find_by_metadata(self, name: str, value: str | int | bool) -> list[Session]:
         """Indexed keys are read from their index set; others by a scan of all sessions."""
         if not check_metadata_query(name, value):
@@ -488,7 +274,7 @@ class RedisStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def append_events(
         self,
         session_id: str,
@@ -508,21 +294,22 @@ class RedisStore:
         self._note(session_id, batch, at, after, inc, done)
         return done[0]
 
-    @_guarded
+    @guarded
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
         if check_rules:
             done = self._append_remembered(event.session_id, [event], None)
-            for _ in range(_ATTEMPTS):
+            for attempt in range(RACES):
                 if done is not None:
                     break
                 at, after, inc = self._check_rules(event.session_id, [event], None)
                 try:  # conditioned on the version the rules were checked at
                     done = self._append(event.session_id, [event], -1 if at is None else at)
-                except VersionConflict:
-                    continue  # another writer appended meanwhile: check again
+                except VersionConflict:  # another writer appended meanwhile: check again
+                    pause(attempt)
+                    continue
                 self._note(event.session_id, [event], at, after, inc, done)
-            else:
+            if done is None:
                 raise StoreError(f"session {event.session_id!r} kept changing; retry")
             version, appended, now = done
         else:
@@ -598,7 +385,7 @@ class RedisStore:
         now = time.time_ns() // 1000 if self._clock is utc_now else to_micros(self._clock())
         args, required, invalid = batch_args(batch, now)
         tail = [len(batch), -1 if invalid else len(required), *args, *required]
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             reply = self._attempt(session_id, batch, expected, tail, fence)
             if reply is None:
                 continue
@@ -648,7 +435,7 @@ class RedisStore:
     def _check_rules(
         self, session_id: str, batch: list[SessionEvent], expected: int | None
     ) -> tuple[int | None, Tail | None, str | None]:
-        """Check the view rules against the end of the log.
+        """Check the view rules against the end of the log (as `check_rules_at` does).
 
         Returns the version to write at, the tail after the batch (see `check_rules_at`) and
         the incarnation read (None when the log was not read). The log is read before the
@@ -656,27 +443,24 @@ class RedisStore:
         extends the records read).
         """
         key = self._keys.session(session_id)[:1]
-        inc: str | None = None
+        if not needs_tail(batch):
+            self._check_new(key[0], EMPTY_TAIL, batch)
+            return expected, None, None
+        reply = self._run("tail", key, [_TAIL_PAGE, ""])
+        if not reply:
+            raise SessionNotFound(session_id)
+        version, inc = int(reply[1]), reply[0]
+        if expected is not None and version != expected:
+            return None, None, inc.decode()
+        tail = self._tail(session_id, key, inc, version, reply[2:])
+        return version, self._check_new(key[0], tail, batch), inc.decode()
 
-        def read_tail() -> tuple[int, TailRows]:
-            nonlocal inc
-            reply = self._run("tail", key, [_TAIL_PAGE, ""])
-            if not reply:
-                raise SessionNotFound(session_id)
-            version = int(reply[1])
-            inc = reply[0].decode()
-            return version, self._tail_rows(session_id, key, reply[0], version, reply[2:])
-
-        def stored(ids: list[str]) -> set[str]:
-            found = self._client.hmget(key[0], ["#" + i for i in ids])
-            return {i for i, ref in zip(ids, found, strict=True) if ref is not None}
-
-        at, after = check_rules_at(batch, expected, read_tail, stored)
-        return at, after, inc
-
-    def _tail_rows(
+    def _tail(
         self, session_id: str, key: list[str], inc: bytes, seq: int, records: list[Any]
-    ) -> TailRows:
+    ) -> Tail:
+        """The log's `Tail`, from its records newest first (`records`: the first page, ending
+        at `seq`), reading further pages only until a user or assistant message decides it."""
+        rows: list[tuple[str, list[str]]] = []
         while records:
             for record in records:
                 head, body = split_record(session_id, seq, record)
@@ -685,23 +469,35 @@ class RedisStore:
                     continue
                 role = message_role(body)
                 if role in ("user", "assistant", "tool"):
-                    yield role, ([] if role == "user" else message_ids(body))
+                    rows.append((role, [] if role == "user" else message_ids(body)))
+                    if role != "tool":
+                        return tail_of(rows)
             if seq < 1:
-                return
+                break
             reply = self._run("tail", key, [_TAIL_PAGE, seq + 1])
             if not reply or reply[0] != inc:
                 raise StoreError(f"session {session_id!r} was deleted meanwhile; retry")
             records = reply[2:]
+        return tail_of(rows)
 
-    def _remember(self, session_id: str, inc: str) -> None:
-        with self._incs_lock:
-            if len(self._incs) >= 10_000:
-                self._incs.clear()
-            self._incs[session_id] = inc
+    def _check_new(self, key: str, tail: Tail, batch: list[SessionEvent]) -> Tail | None:
+        """`check_append(tail, batch)`; when that refuses, the events of `batch` the session
+        does not hold yet are checked instead (a retry skips the rest).
 
-    def _forget(self, session_id: str) -> None:
-        with self._incs_lock:
-            self._incs.pop(session_id, None)
+        Returns the tail after the whole batch, or None when part of it was a retry.
+
+        Raises:
+            InvalidInput: the new events break a view rule.
+        """
+        try:
+            return check_append(tail, batch)
+        except InvalidInput:
+            found = self._client.hmget(key, ["#" + e.id for e in batch])
+            fresh = [e for e, ref in zip(batch, found, strict=True) if ref is None]
+            if len(fresh) == len(batch):
+                raise
+            check_append(tail, fresh)
+        return None
 
     def _live(self, owner: bytes) -> bool:
         pair = split_member(owner)
@@ -734,7 +530,7 @@ class RedisStore:
                 )
         self._release(dead)
 
-    @_guarded
+    @guarded
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         check_id(session_id, "session id")
         flt = EventFilter.all() if flt is None else flt
@@ -756,7 +552,7 @@ class RedisStore:
         Records never change, so the same incarnation at both ends makes one snapshot.
         """
         key = self._keys.session(session_id)[0]
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             hi = first + _CHUNK - 1 if last is None else min(last, first + _CHUNK - 1)
             reply = self._run("range", [key], [first, hi])
             if not reply:
@@ -785,7 +581,7 @@ class RedisStore:
         seq = int(ref[1:])
         return decode_record(session_id, seq, self._log(session_id, seq, seq)[0])
 
-    @_guarded
+    @guarded
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")
         inc, version = self._client.hmget(self._keys.session(session_id)[0], "inc", "v")
@@ -793,19 +589,10 @@ class RedisStore:
             raise SessionNotFound(session_id)
         return int(version)
 
-    @_guarded
+    @guarded
     def view(self, session_id: str) -> list[SessionEvent]:
         check_id(session_id, "session id")
         reply = self._run("view", self._keys.session(session_id)[:1], [])
         if not reply:
             raise SessionNotFound(session_id)
         return view_of(session_id, reply)
-
-
-def __getattr__(name: str) -> Any:
-    # `from turnlog.stores.redis import RedisClusterStore` keeps working (it moved)
-    if name == "RedisClusterStore":
-        from turnlog.stores.redis_cluster import RedisClusterStore
-
-        return RedisClusterStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

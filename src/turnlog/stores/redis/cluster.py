@@ -1,10 +1,12 @@
+# Generated from src/turnlog/stores/redis/cluster_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
 """`RedisClusterStore`: sessions in a Redis Cluster, and its event-id claims.
 
 A session's keys share one hash tag, so all of a session lives in one slot and its writes are
-`RedisStore`'s Lua scripts. Event-id claim keys (`<prefix>:id:<escaped id>`) hash to other slots,
-so no script can cover them with the session: the ids are claimed (`SET NX GET`) just before the
-append script, and fenced by the session's incarnation, which the script checks (docs/redis.md,
-"Event ids, unique across sessions").
+`RedisStore`'s Lua scripts. Event-id claim keys (`<prefix>:id:<escaped id>`) hash to other
+slots, so no script can cover them with the session: the ids are claimed (`SET NX GET`) just
+before the append script, and fenced by the session's incarnation, which the script checks
+(docs/redis.md, "Event ids, unique across sessions").
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from urllib.parse import unquote, urlsplit
 
 from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
-from turnlog.stores.redis import _ATTEMPTS, RedisStore
-from turnlog.stores.redis_layout import index_member
+from turnlog.stores.redis.core import ATTEMPTS
+from turnlog.stores.redis.layout import index_member
+from turnlog.stores.redis.store import RedisStore
 from turnlog.stores.url import refuse_own_parameters
 
 try:
@@ -31,7 +34,8 @@ __all__ = ["RedisClusterStore"]
 
 
 class RedisClusterStore(RedisStore):
-    """Sessions in a Redis Cluster (7 or newer). Thread-safe.
+    """Sessions in a Redis Cluster (7 or newer). Safe to share between threads (the blocking
+    store) or between the tasks of one event loop (the asyncio one).
 
     A session's keys share one hash tag, so each session lives in one slot and its writes stay
     atomic Lua scripts. Event ids live in other slots: they are claimed (SET NX) just before
@@ -39,19 +43,22 @@ class RedisClusterStore(RedisStore):
 
     Args:
         url_or_client: `redis+cluster://[user:password@]host:port,host:port,...` (any nodes of
-            the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster` client.
+            the cluster; `rediss+cluster://` for TLS), or a `redis.cluster.RedisCluster`
+            client.
         **kwargs: as for `RedisStore`.
 
     Raises:
         InvalidInput: a bad URL, prefix or client.
-        StoreError: no seed node answers (the client learns the cluster's layout at once).
+        StoreError: no seed node answers (from `open()` or the first call: the client learns
+            the cluster's layout then).
     """
 
     def _connect(
         self, target: str | Any, timeout: float, connect_timeout: float, retries: int
     ) -> tuple[Any, bool, str]:
         if isinstance(target, _RedisCluster):
-            if target.get_encoder().decode_responses:  # type: ignore[no-untyped-call]
+            borrowed: Any = target  # get_encoder is untyped in redis-py's blocking client
+            if borrowed.get_encoder().decode_responses:
                 raise InvalidInput("RedisClusterStore needs a client with decode_responses=False")
             return target, False, "Redis Cluster"
         if not isinstance(target, str):
@@ -65,12 +72,13 @@ class RedisClusterStore(RedisStore):
                 f"a Redis Cluster URL reads redis+cluster://host:port,host:port: {target!r}"
             )
         refuse_own_parameters(target, "RedisClusterStore")
+        node: Any = ClusterNode  # untyped in redis-py's blocking client
         nodes = []
         for seed in parts.netloc.rpartition("@")[2].split(","):
             host, _, port = seed.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise InvalidInput(f"a cluster seed reads host:port, not {seed!r}")
-            nodes.append(ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
+            nodes.append(node(host.strip("[]"), int(port)))
         user, _, password = parts.netloc.rpartition("@")[0].partition(":")
         where = "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
         try:
@@ -86,6 +94,10 @@ class RedisClusterStore(RedisStore):
         except (RedisError, RedisClusterException) as exc:
             raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc
         return client, True, where
+
+    def _prepare(self) -> None:
+        """What `open` does on the cluster: learn its layout from the seed nodes (a blocking
+        store's client did that when it was built)."""
 
     def _attempt(
         self,
@@ -141,7 +153,7 @@ class RedisClusterStore(RedisStore):
         """
         fresh: list[str] = []
         todo = [e.id for e in batch]
-        for _ in range(_ATTEMPTS):
+        for _ in range(ATTEMPTS):
             if len(todo) == 1:  # the common case: one message, one command
                 replies = [self._client.set(self._keys.event(todo[0]), owner, nx=True, get=True)]
             else:

@@ -1,5 +1,5 @@
 -- The Lua scripts of RedisStore / RedisClusterStore. Each script starts at a line
--- "--! name" and runs to the next one; redis_layout.py loads them by name (EVALSHA, reloaded on NOSCRIPT).
+-- "--! name" and runs to the next one; layout.py loads them by name (EVALSHA, reloaded on NOSCRIPT).
 --
 -- A session's keys share one hash tag, so every script below touches one slot (the append
 -- script of a standalone store also touches the event-id keys, which is fine on one node):

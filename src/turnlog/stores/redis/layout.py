@@ -1,7 +1,8 @@
 """How `RedisStore` and `RedisClusterStore` lay sessions out in Redis: the key names, the index
 members, the records and the arguments of the append script (docs/redis.md, "Key layout").
 
-Shared by both stores (`redis.py`, `redis_cluster.py`); nothing here talks to a server.
+Shared by all four stores (the async sources `store_async.py`, `cluster_async.py` and their
+generated twins `store.py`, `cluster.py`); nothing here talks to a server.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _header_decoder: Final = msgspec.json.Decoder(tuple[str, str, int, int])
 
 
 def _load_scripts() -> dict[str, str]:
-    text = resources.files("turnlog.stores").joinpath("redis_scripts.lua").read_text("utf-8")
+    text = resources.files("turnlog.stores.redis").joinpath("scripts.lua").read_text("utf-8")
     scripts: dict[str, str] = {}
     for part in text.split("\n--! ")[1:]:
         name, _, body = part.partition("\n")
@@ -50,7 +51,7 @@ def _load_scripts() -> dict[str, str]:
 
 
 SCRIPTS: Final = _load_scripts()
-"""The Lua scripts by name (redis_scripts.lua)."""
+"""The Lua scripts by name (scripts.lua)."""
 
 _PLAIN: Final = re.compile(r"[A-Za-z0-9_.~-]+")
 

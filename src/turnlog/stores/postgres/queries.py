@@ -1,4 +1,4 @@
-"""The statements `PostgresStore` runs, rendered once per schema.
+"""The statements `PostgresStore` and `AsyncPostgresStore` run, rendered once per schema.
 
 Session ids, metadata and everything else are bound parameters; the schema name is the only
 thing put into the SQL text, quoted by `psycopg.sql.Identifier`.
@@ -7,16 +7,52 @@ thing put into the SQL text, quoted by `psycopg.sql.Identifier`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-import psycopg
 from psycopg import sql
+from psycopg.abc import AdaptContext
 
-from turnlog.stores.postgres_schema import lock_class
+from turnlog.stores.postgres.ddl import lock_class
 
 __all__ = ["Queries"]
 
 _EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body'
+
+# The fast path of a version-checked one-event append on an unpartitioned schema: one statement
+# that locks the session row (FOR KEY SHARE), checks the version and inserts at seq v+1 if the
+# log is at v. No row back means the session is missing or not at v; a unique violation means
+# another writer or an id already stored. Either way `append_check` says which.
+#
+# The row lock, not the advisory lock the append functions take, is what orders this statement
+# against deletes. One statement has one snapshot, taken before it waits for any lock: had it
+# waited for a delete's advisory lock, its checks would still see the session and the events
+# that delete removed, and it would write into the deleted session. A row lock is different:
+# it waits for a delete of the row to commit and then skips the row (READ COMMITTED), so the
+# append finds no session; and a delete that comes second waits for the append to commit (its
+# first statement deletes the session row), then removes the appended event with the rest.
+# FOR KEY SHARE does not conflict with the updates of the row (TTL, metadata, boundary).
+_DIRECT_ONE: Final = (
+    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
+    "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
+    "RETURNING seq"
+)
+
+# The same, fenced for an append at a tail this handle remembers: the event at seq v must
+# still be the one this handle wrote last (a version alone cannot tell a session deleted and
+# created again). No row back, or a unique violation, means the memory is stale.
+_FENCED_ONE: Final = (
+    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
+    "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
+    "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
+    "AND EXISTS (SELECT 1 FROM {s}.events e "
+    "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint AND e.id = %(last)s::text) "
+    "RETURNING seq"
+)
 
 
 @dataclass(frozen=True)
@@ -40,9 +76,18 @@ class Queries:
     view: str
     tail: str
     stored_ids: str
+    direct_one: str | None
+    """The one-statement version-checked append of one event; None on a partitioned schema."""
+    fenced_one: str | None
+    """The same, fenced by the newest event id a handle remembers; None when partitioned."""
 
     @classmethod
-    def render(cls, schema: str, conn: psycopg.Connection[Any]) -> Queries:
+    def render(cls, schema: str, conn: AdaptContext, *, partitioned: bool) -> Queries:
+        """The statements for `schema`, quoted for `conn` (a connection of the store).
+
+        `partitioned`: the events table is hash-partitioned (no one-statement appends then).
+        """
+
         def q(text: str) -> str:
             composed = sql.SQL(text).format(s=sql.Identifier(schema))
             return composed.as_string(conn)
@@ -139,4 +184,8 @@ class Queries:
                 "WHERE e.seq < s.boundary_seq) e ON true "
                 "WHERE s.id = %(sid)s ORDER BY e.seq"
             ),
+            # Unpartitioned, a version-checked single append needs no function: one plain
+            # statement (no plpgsql, no SPI) does the lock, the check and the insert.
+            direct_one=None if partitioned else q(_DIRECT_ONE),
+            fenced_one=None if partitioned else q(_FENCED_ONE),
         )

@@ -1,0 +1,169 @@
+"""What the PostgreSQL stores send and read back: batches as column arrays, rows as records.
+
+Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from turnlog.codec import decode_event, decode_session, dump_jsonb, encode_body, to_micros
+from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.errors import InvalidInput
+from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.stores.base import check_boundaries
+from turnlog.stores.postgres.queries import Queries
+
+__all__ = [
+    "Batch",
+    "event_of",
+    "first_line",
+    "refuse_boundaries",
+    "session_of",
+    "session_params",
+    "where",
+]
+
+
+class Batch:
+    """A batch as the column arrays the append function takes."""
+
+    def __init__(self, events: list[SessionEvent], now_micros: int) -> None:
+        self.events = events
+        self.ids = [e.id for e in events]
+        self.types = [e.type.name for e in events]
+        self.timestamps = [
+            now_micros if e.timestamp is None else to_micros(e.timestamp) for e in events
+        ]
+        self.roles = [e.role for e in events]
+        self.synthetic = [e.synthetic for e in events]
+        self.bodies = [encode_body(e) for e in events]
+        self.required: list[str] = []
+        self.boundary_at: int | None = None
+        self.boundary_ids: list[str] = []
+        if any(e.type == EventType.COMPACTION for e in events):
+            self._boundaries()
+
+    def _boundaries(self) -> None:
+        # Raises InvalidInput for a malformed boundary, before anything is sent.
+        check_boundaries(self.events, set)
+        for at, event in enumerate(self.events):
+            if event.type != EventType.COMPACTION:
+                continue
+            boundary = CompactionBoundary.from_event(event)
+            near = {e.id for e in self.events if e.message is not None}
+            self.required += [i for i in boundary.view_event_ids if i not in near]
+            self.boundary_at = at + 1
+            self.boundary_ids = list(boundary.view_event_ids)
+
+    def without(self, stored: set[str]) -> Batch:
+        """The batch less the events already stored."""
+        keep = Batch.__new__(Batch)
+        index = [i for i, e in enumerate(self.events) if e.id not in stored]
+        keep.events = [self.events[i] for i in index]
+        keep.ids = [self.ids[i] for i in index]
+        keep.types = [self.types[i] for i in index]
+        keep.timestamps = [self.timestamps[i] for i in index]
+        keep.roles = [self.roles[i] for i in index]
+        keep.synthetic = [self.synthetic[i] for i in index]
+        keep.bodies = [self.bodies[i] for i in index]
+        keep.required, keep.boundary_at, keep.boundary_ids = [], None, []
+        if any(e.type == EventType.COMPACTION for e in keep.events):
+            keep._boundaries()
+        return keep
+
+    def call(self, queries: Queries, session_id: str, expected: int | None) -> tuple[str, Any]:
+        """The fast append statement for this batch, and its parameters."""
+        if len(self.ids) == 1 and self.boundary_at is None:
+            return queries.append_one, (
+                session_id,
+                expected,
+                self.ids[0],
+                self.types[0],
+                self.timestamps[0],
+                self.roles[0],
+                self.synthetic[0],
+                self.bodies[0],
+            )
+        return queries.append, (
+            session_id,
+            expected,
+            self.ids,
+            self.types,
+            self.timestamps,
+            self.roles,
+            self.synthetic,
+            self.bodies,
+            self.required,
+            self.boundary_at,
+            self.boundary_ids,
+        )
+
+
+def refuse_boundaries(batch: list[SessionEvent], missing: set[str]) -> None:
+    """Raise the `InvalidInput` `check_boundaries` gives for boundaries naming `missing`."""
+    check_boundaries(batch, lambda ids: set(ids) - missing)
+    raise InvalidInput(
+        "a compaction event names events that are not message events of this session: "
+        f"{', '.join(sorted(missing)[:5])}"
+    )
+
+
+def session_params(session: Session) -> tuple[Any, ...]:
+    """The parameters of `put_session` for `session`, less the last (create or replace).
+
+    Raises:
+        InvalidInput: a bad session id.
+    """
+    return (
+        check_id(session.id, "session id"),
+        session.created_at,
+        session.expires_at,
+        dump_jsonb(dict(session.metadata)),
+    )
+
+
+def session_of(row: Any) -> Session:
+    """The session of a row of `Queries.find_session` (id, created, expires, metadata text).
+
+    Raises:
+        CorruptData: a row turnlog cannot read.
+    """
+    return decode_session(row[0], row[1], row[2], row[3])
+
+
+def event_of(session_id: str, row: Any) -> SessionEvent:
+    """The event of a row of the events columns (seq, id, type, timestamp, synthetic, body).
+
+    Raises:
+        CorruptData: a row turnlog cannot read.
+    """
+    return decode_event(
+        event_id=row[1],
+        session_id=session_id,
+        seq=row[0],
+        type_name=row[2],
+        timestamp_micros=row[3],
+        synthetic=row[4],
+        body=row[5],
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def where(dsn: str) -> str:
+    """The host, port and database of `dsn`, without the password."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an unparsable DSN"
+    return (
+        f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
+        f"database {info.get('dbname', '(default)')}"
+    )
