@@ -20,12 +20,20 @@ class AsyncSqliteStore(ThreadedAsyncStore):
     and its locking are the same: a blocking process and an async one can share a database.
     Reads run in parallel on the workers (WAL); writes queue, as they do in `SqliteStore`.
 
+    Keep `workers` small: the store's work is mostly Python (the codec, the view rules), so
+    workers take turns on the GIL rather than run in parallel, and every busy worker is one
+    more thread the event loop must win the GIL back from. Measured with 1,000 concurrent
+    sessions (docs/benchmarks.md, "Async stores: event-loop health"): 2 workers append as fast
+    as 4 and halve the loop's p99 stall; 4 workers read no faster than 1 or 2.
+
     Nothing is opened until `await store.open()`, `async with store`, or the first call; the
     arguments are checked at once.
 
     Args:
         path: the database file (created with its schema when missing).
-        workers: worker threads (each with its own connection); at least 1.
+        workers: worker threads (each with its own connection); at least 1. Two by default: one
+            long read (a whole log) does not hold up every other call, and the loop competes
+            for the GIL with only two threads.
         busy_timeout: as `SqliteStore`.
         synchronous: as `SqliteStore`.
         clock: stamps events appended without a timestamp.
@@ -38,7 +46,7 @@ class AsyncSqliteStore(ThreadedAsyncStore):
         self,
         path: str | Path = "turnlog.db",
         *,
-        workers: int = 4,
+        workers: int = 2,
         busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
