@@ -700,3 +700,36 @@ def test_a_delete_never_deadlocks_with_a_compaction_in_flight(
     deleter.join(10)
     assert outcome == [True]
     assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)
+
+
+# -- the warm connections never starve callers waiting in the pool --------------------------------
+
+
+def test_callers_waiting_in_the_pool_get_connections_when_all_are_kept_warm(
+    postgres_dsn, pg_schema
+):
+    """With pool_min == pool_max every connection may be kept warm outside the pool: a caller
+    already waiting in the pool must still get one, not time out while later callers take the
+    warm ones (found by bench/async_loop.py: 24 threads on 20 connections timed out)."""
+    store = PostgresStore(postgres_dsn, schema=pg_schema, pool_min=2, pool_max=2, connect_timeout=3)
+    errors = []
+
+    def writer(n):
+        sid = f"w{n}"
+        try:
+            store.create_session(Session(id=sid, created_at=T0))
+            for i in range(40):
+                store.append_events(sid, turn(sid, i), 2 * i)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert all(store.version(f"w{n}") == 80 for n in range(8))
+    finally:
+        store.close()

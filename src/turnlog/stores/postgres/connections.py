@@ -228,17 +228,23 @@ class Connections:
         return pool.getconn(self.timeout)
 
     def give_back(self, conn: Conn) -> None:
-        """Keep up to `pool_min` healthy connections warm; the pool gets the others back.
+        """Keep up to `pool_min` healthy connections warm; the pool gets the others back, and
+        every connection while callers wait in the pool.
 
         Once a minute every kept connection goes back to the pool too, so that the pool's
         health checks, `max_idle` and `max_lifetime` still apply to them.
         """
         back = [conn]
+        pool = self.pool
+        assert pool is not None  # a connection was borrowed from it
         if (
             self._dsn is not None
             and not self.closed
             and conn.pgconn.status == pq.ConnStatus.OK
             and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            # a caller waiting in the pool gets the connection: kept warm, it would wait on
+            # (and time out) while later callers took the warm ones in its place
+            and not pool.get_stats().get("requests_waiting", 0)
         ):
             with self._idle_lock:
                 if time.monotonic() > self._idle_until:
@@ -248,8 +254,6 @@ class Connections:
                 elif len(self._idle) < self._keep_idle:
                     self._idle.append(conn)
                     return
-        pool = self.pool
-        assert pool is not None  # a connection was borrowed from it
         for item in back:
             pool.putconn(item)  # the pool discards a broken connection
 
