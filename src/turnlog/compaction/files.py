@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Final, NamedTuple
 
 from turnlog.compaction._checks import describe
@@ -242,7 +243,7 @@ def patch_paths(text: str) -> list[str]:
     if envelope:
         return envelope
     out: list[str] = []
-    for old_line, new_line in zip(lines, lines[1:], strict=False):
+    for old_line, new_line in pairwise(lines):
         old, new = _OLD.match(old_line), _NEW.match(new_line)
         if old and new:
             path = new.group(1) if new.group(1) != "/dev/null" else old.group(1)
