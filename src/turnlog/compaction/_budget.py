@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Final
 
 from turnlog.compaction._checks import describe
+from turnlog.compaction.base import SummaryRequest
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
 from turnlog.text import message_text
-from turnlog.tokens import TokenCounter
+from turnlog.tokens import TokenCounter, default_counter
 
-__all__ = ["CUT_MARK", "check_cap", "cut_to_fit", "room_error", "turn_tokens"]
+__all__ = ["CUT_MARK", "check_cap", "counter_of", "cut_to_fit", "room_error", "turn_tokens"]
 
 CUT_MARK: Final = "\n[... summary cut to fit its token cap]"
 """Ends a summary that was cut to its cap."""
@@ -34,6 +35,11 @@ def check_cap(value: object, what: str = "max_tokens") -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidInput(f"{what} must be a positive integer or None, got {describe(value)}")
     return value
+
+
+def counter_of(request: SummaryRequest) -> TokenCounter:
+    """The token counter of `request` (the strategy's), else the default counter."""
+    return request.token_counter if request.token_counter is not None else default_counter()
 
 
 def turn_tokens(counter: TokenCounter, shadow_prompt: str, text: str) -> int:

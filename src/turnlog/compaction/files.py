@@ -24,6 +24,7 @@ from turnlog.errors import InvalidInput
 from turnlog.events import JsonValue, SessionEvent, ToolCall
 
 __all__ = [
+    "DEFAULT_FILE_OPERATIONS",
     "DEFAULT_MODIFY_TOOLS",
     "DEFAULT_PATCH_ARGUMENTS",
     "DEFAULT_PATCH_TOOLS",
@@ -321,3 +322,7 @@ def files_section(files: FilesTouched, limit: int | None = None) -> str:
             lines.append(f"- ... and {len(paths) - len(shown)} more")
         parts.append("\n".join(lines))
     return "\n".join(parts)
+
+
+DEFAULT_FILE_OPERATIONS: Final = FileOperations()
+"""The extractor the summarizers use unless told otherwise: every default above."""

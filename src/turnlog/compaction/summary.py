@@ -7,11 +7,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
-from turnlog.compaction._budget import check_cap, cut_to_fit, room_error, turn_tokens
+from turnlog.compaction._budget import check_cap, counter_of, cut_to_fit, room_error, turn_tokens
 from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import SummaryRequest
 from turnlog.compaction.files import (
-    FileOperations,
+    DEFAULT_FILE_OPERATIONS,
     FilesTouched,
     files_metadata,
     files_section,
@@ -20,7 +20,6 @@ from turnlog.compaction.files import (
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent
 from turnlog.text import event_text
-from turnlog.tokens import TokenCounter, default_counter
 
 __all__ = [
     "DEFAULT_SHADOW_PROMPT",
@@ -61,13 +60,6 @@ ChatFunction = Callable[[Sequence[Message]], Message | Awaitable[Message]]
 
 FilesFunction = Callable[[Sequence[SessionEvent]], FilesTouched]
 """Finds the files that events read and modified: a `FileOperations`, or a function like it."""
-
-_DEFAULT_FILES: FilesFunction = FileOperations()
-
-
-def counter_of(request: SummaryRequest) -> TokenCounter:
-    """The token counter of `request` (the strategy's), else the default counter."""
-    return request.token_counter if request.token_counter is not None else default_counter()
 
 
 def _completion(chat_model: object) -> ChatFunction:
@@ -152,7 +144,7 @@ class ChatModelSummarizer:
         shadow_prompt: str = DEFAULT_SHADOW_PROMPT,
         event_formatter: Callable[[SessionEvent], str] = event_text,
         on_failure: Callable[[SummaryRequest], None] | None = None,
-        file_operations: FilesFunction | None = _DEFAULT_FILES,
+        file_operations: FilesFunction | None = DEFAULT_FILE_OPERATIONS,
         max_tokens: int | None = None,
     ) -> None:
         if isinstance(overlap_size, bool) or not isinstance(overlap_size, int) or overlap_size < 0:
