@@ -285,8 +285,9 @@ def prior_files(prior_summary: Iterable[SessionEvent]) -> FilesTouched:
     for event in prior_summary:
         record = event.message.metadata.get(FILES_METADATA_KEY) if event.message else None
         if isinstance(record, dict):
-            read.update(_strings(record.get("read")))
-            modified.update(_strings(record.get("modified")))
+            for paths, found in ((read, record.get("read")), (modified, record.get("modified"))):
+                if isinstance(found, list):
+                    paths.update(p for p in found if isinstance(p, str) and p)
     return _touched(read, modified)
 
 
