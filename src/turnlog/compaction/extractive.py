@@ -295,9 +295,9 @@ def _render(
     turns: int, kept: list[_Entry], dropped: int, files: FilesTouched, file_limit: int | None
 ) -> str:
     span = f" of turns 1-{turns}" if turns else ""
-    lines = [f"Summary{span} (extracted from the log, no model):"]
+    lines = [f"Summary{span} (extracted, no model):"]
     if dropped:
-        lines.append(f"({dropped} older entries left out to fit the summary's token cap)")
+        lines.append(f"({dropped} older entries left out to fit the token cap)")
     for section, title in _SECTIONS:
         items = [e for e in kept if e.section == section]
         if items:
