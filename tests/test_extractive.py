@@ -2,6 +2,8 @@
 with the prior summary over many passes; through the service in its 4 modes."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,7 +28,13 @@ from turnlog import (
 )
 from turnlog.compaction._budget import turn_tokens
 from turnlog.compaction.extractive import EXTRACT_METADATA_KEY, looks_like_error
-from turnlog.compaction.files import FILES_METADATA_KEY
+from turnlog.compaction.files import (
+    DEFAULT_MODIFY_TOOLS,
+    DEFAULT_PATCH_TOOLS,
+    DEFAULT_PATH_ARGUMENTS,
+    DEFAULT_READ_TOOLS,
+    FILES_METADATA_KEY,
+)
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT
 from turnlog.rules import check_messages
 from turnlog.stores.base import utc_now
@@ -311,3 +319,26 @@ def test_property_every_pass_fits_the_cap_and_is_deterministic(passes, cap, byte
             SessionEvent.for_message("s", Message.user(DEFAULT_SHADOW_PROMPT), synthetic=True),
             SessionEvent.for_message("s", summary, synthetic=True),
         )
+
+
+# -- the docs stay true ---------------------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs" / "compaction.md"
+
+
+def test_the_docs_example_is_what_the_summarizer_writes():
+    text = DOCS.read_text()
+    block = text.split("It writes fixed sections, one line per entry")[1].split("```")[1]
+    assert block.strip("\n") == EXPECTED
+
+
+def test_the_docs_table_lists_the_default_tools_and_arguments():
+    text = DOCS.read_text().split("### The files read and modified")[1].split("###")[0]
+    rows = [
+        set(re.findall(r"`([^`]+)`", line.split("|")[1]))
+        for line in text.splitlines()
+        if line.startswith("| `")
+    ]
+    assert rows == [DEFAULT_READ_TOOLS, DEFAULT_MODIFY_TOOLS, DEFAULT_PATCH_TOOLS]
+    arguments = text.split("The path arguments are")[1].split(": every one present")[0]
+    assert re.findall(r"`([^`]+)`", arguments) == list(DEFAULT_PATH_ARGUMENTS)

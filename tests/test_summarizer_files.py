@@ -296,3 +296,26 @@ def test_property_window_plus_cap_bounds_the_view(pairs, budget, cap, reply):
         assert tokens(result.summary_events) <= cap
         if tokens(newest) <= budget:
             assert tokens(result.view) <= budget + cap
+
+
+def test_a_cancelled_async_model_call_is_not_a_failure(caplog):
+    failures = []
+    started = asyncio.Event()
+
+    class Slow:
+        async def complete(self, messages):
+            started.set()
+            await asyncio.sleep(3600)
+
+    summarizer = ChatModelSummarizer(Slow(), on_failure=failures.append)
+
+    async def main():
+        task = asyncio.ensure_future(summarizer(_request(turns(1, 2))))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
+        asyncio.run(main())
+    assert failures == [] and caplog.records == []
