@@ -19,12 +19,14 @@ from turnlog import (
     ExtractiveSummarizer,
     InvalidInput,
     Message,
+    O200kCounter,
     Session,
     SessionEvent,
     SummaryRequest,
     ToolCall,
     ToolResult,
     WindowCompactionStrategy,
+    event_text,
 )
 from turnlog.compaction._budget import turn_tokens
 from turnlog.compaction.extractive import EXTRACT_METADATA_KEY, looks_like_error
@@ -342,3 +344,30 @@ def test_the_docs_table_lists_the_default_tools_and_arguments():
     assert rows == [DEFAULT_READ_TOOLS, DEFAULT_MODIFY_TOOLS, DEFAULT_PATCH_TOOLS]
     arguments = text.split("The path arguments are")[1].split(": every one present")[0]
     assert re.findall(r"`([^`]+)`", arguments) == list(DEFAULT_PATH_ARGUMENTS)
+
+
+def test_window_plus_cap_bounds_the_view_through_the_service(service):
+    counter = CharCounter()
+    window, cap = 600, 500
+    sid = service.create().id
+    summarizer = ExtractiveSummarizer(max_tokens=cap)
+    passes = 0
+    for n in range(1, 30):
+        add(service, sid, *coding_turn()[1:], *turns(n))
+        result = compact(service, sid, summarizer, CompactionWindow.token_budget(window), counter)
+        view = service.view(sid)
+        passes += not result.unchanged
+        assert sum(counter.count(event_text(e)) for e in view) <= window + cap
+    assert passes >= 25
+    assert view[0].synthetic
+    assert turn_tokens(counter, DEFAULT_SHADOW_PROMPT, view[1].message.text) <= cap
+
+
+def test_the_cap_holds_with_the_default_o200k_counter():
+    counter = O200kCounter()
+    messages = []
+    for n in range(60):
+        messages += coding_turn()[1:]
+        messages.append(Message.user(f"more {n}: " + "détails " * n))
+    summary = summarize(messages, ExtractiveSummarizer(max_tokens=700), counter=counter)
+    assert 600 < turn_tokens(counter, DEFAULT_SHADOW_PROMPT, summary.text) <= 700

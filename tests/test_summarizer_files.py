@@ -18,6 +18,7 @@ from turnlog import (
     FileOperations,
     InvalidInput,
     Message,
+    O200kCounter,
     Session,
     SessionEvent,
     SummaryRequest,
@@ -319,3 +320,13 @@ def test_a_cancelled_async_model_call_is_not_a_failure(caplog):
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
         asyncio.run(main())
     assert failures == [] and caplog.records == []
+
+
+def test_the_cut_holds_with_the_default_o200k_counter():
+    counter = O200kCounter()
+    line = "Point {}: the user wants ünïcode, 数字 {} and more.\n"
+    reply = "".join(line.format(i, i * 7919) for i in range(300))
+    summarizer = ChatModelSummarizer(ScriptedChatModel([reply]), max_tokens=400)
+    summary = summarizer(_request(turns(1, 2), counter))[-1]
+    assert summary.text.endswith(CUT_MARK)
+    assert 350 < turn_tokens(counter, DEFAULT_SHADOW_PROMPT, summary.text) <= 400
