@@ -172,7 +172,11 @@ class ChatModelSummarizer:
 
     def files(self, request: SummaryRequest) -> FilesTouched:
         """The files of `request`: those its covered events read and modified, merged with those
-        recorded on its prior summary; none without `file_operations`."""
+        recorded on its prior summary; none without `file_operations`.
+
+        Raises:
+            InvalidInput: `file_operations` returned something else than a `FilesTouched`.
+        """
         if self.file_operations is None:
             return FilesTouched()
         found = self.file_operations(request.covered)
@@ -184,7 +188,11 @@ class ChatModelSummarizer:
         return prior_files(request.prior_summary).merged(found)
 
     def prompt(self, request: SummaryRequest) -> list[Message]:
-        """The messages sent to the model for `request`."""
+        """The messages sent to the model for `request`: the system prompt and one user message.
+
+        Raises:
+            InvalidInput: `file_operations` returned something else than a `FilesTouched`.
+        """
         fmt = self.event_formatter
         parts: list[str] = []
         prior = [e for e in request.prior_summary if e.role == "assistant"]
