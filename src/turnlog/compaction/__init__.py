@@ -10,6 +10,8 @@ from turnlog.compaction.base import (
     count_turns,
 )
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.compaction.extractive import ExtractiveSummarizer
+from turnlog.compaction.files import FileOperations, FilesTouched
 from turnlog.compaction.summary import ChatModel, ChatModelSummarizer
 from turnlog.compaction.triggers import (
     CompositeCompactionTrigger,
@@ -30,6 +32,9 @@ __all__ = [
     "CompactionTrigger",
     "CompactionWindow",
     "CompositeCompactionTrigger",
+    "ExtractiveSummarizer",
+    "FileOperations",
+    "FilesTouched",
     "SummaryRequest",
     "TokenCountTrigger",
     "TurnCountTrigger",

@@ -9,6 +9,7 @@ from typing import Protocol, TypeAlias
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.events import Message, Session, SessionEvent
+from turnlog.tokens import TokenCounter
 
 __all__ = [
     "CompactionRequest",
@@ -61,6 +62,8 @@ class SummaryRequest:
     """The events leaving the view, oldest first (without the prior summary)."""
     preserved: Sequence[SessionEvent]
     """The recent events that stay, for continuity."""
+    token_counter: TokenCounter | None = None
+    """The strategy's token counter, for a summary's token cap; None for the default counter."""
 
 
 CompactionSummarizer: TypeAlias = Callable[

@@ -7,8 +7,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
+from turnlog.compaction._budget import check_cap, counter_of, cut_to_fit, room_error, turn_tokens
 from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import SummaryRequest
+from turnlog.compaction.files import (
+    DEFAULT_FILE_OPERATIONS,
+    FilesTouched,
+    files_metadata,
+    files_section,
+    prior_files,
+)
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent
 from turnlog.text import event_text
@@ -19,6 +27,7 @@ __all__ = [
     "ChatFunction",
     "ChatModel",
     "ChatModelSummarizer",
+    "FilesFunction",
 ]
 
 logger = logging.getLogger("turnlog.compaction")
@@ -48,6 +57,9 @@ class ChatModel(Protocol):
 
 ChatFunction = Callable[[Sequence[Message]], Message | Awaitable[Message]]
 """A chat model as a plain function: the messages in, the reply out (or an async function)."""
+
+FilesFunction = Callable[[Sequence[SessionEvent]], FilesTouched]
+"""Finds the files that events read and modified: a `FileOperations`, or a function like it."""
 
 
 def _completion(chat_model: object) -> ChatFunction:
@@ -82,9 +94,21 @@ class ChatModelSummarizer:
     the prompt. The summary turn is a user shadow prompt followed by the assistant summary, so the
     view keeps alternating user and assistant.
 
+    The files that the covered tool calls read and modified (found by `file_operations`),
+    merged with those recorded on the prior summary, are given to the model in a "files read /
+    files modified" section, and recorded in the summary message's metadata under
+    `"turnlog.files"` (`{"read": [...], "modified": [...]}`), so the next pass merges them back:
+    the lists survive any number of compactions, whatever the model's text keeps.
+
+    With `max_tokens`, the prompt asks for a summary that fits, and a reply over the cap is cut
+    (at a line or word break, ending with a mark saying so) so that the summary turn, shadow
+    prompt included, holds at most `max_tokens` tokens by the strategy's token counter. A cut is
+    logged at WARNING.
+
     A blank reply is logged at WARNING, `on_failure` is called with the request, and the
-    summarizer declines (nothing is written). An exception from the model propagates; so does
-    `InvalidInput` for a reply that is not a `Message`. Nothing is written in either case.
+    summarizer declines (nothing is written). When the model call raises, a WARNING is logged,
+    `on_failure` is called, and the exception propagates out of `compact`; `InvalidInput` for a
+    reply that is not a `Message` propagates too. Nothing is written in any of these cases.
 
     Every argument is checked here, when the summarizer is built, not at the first `compact`.
 
@@ -97,12 +121,18 @@ class ChatModelSummarizer:
         event_formatter: a function `(SessionEvent) -> str`: how an event is rendered in the
             prompt.
         on_failure: None, or a function `(SummaryRequest) -> None`, called with the request
-            when the model gives a blank reply.
+            when the model call raises or gives a blank reply.
+        file_operations: finds the files the covered events read and modified: a
+            `FileOperations` (the default one knows read_file, write_file, edit_file,
+            apply_patch and the like), a function `(events) -> FilesTouched`, or None for no
+            files section and no files metadata.
+        max_tokens: None, or the most tokens the summary turn may hold (see above).
 
     Raises:
         InvalidInput: an argument of the wrong kind (`...`, a class instead of an instance, a
             function that cannot take one argument, a prompt that is not a string), a negative
-            `overlap_size`, a blank `shadow_prompt`.
+            `overlap_size`, a blank `shadow_prompt`, a `max_tokens` that is not a positive
+            integer or None.
     """
 
     def __init__(
@@ -114,6 +144,8 @@ class ChatModelSummarizer:
         shadow_prompt: str = DEFAULT_SHADOW_PROMPT,
         event_formatter: Callable[[SessionEvent], str] = event_text,
         on_failure: Callable[[SummaryRequest], None] | None = None,
+        file_operations: FilesFunction | None = DEFAULT_FILE_OPERATIONS,
+        max_tokens: int | None = None,
     ) -> None:
         if isinstance(overlap_size, bool) or not isinstance(overlap_size, int) or overlap_size < 0:
             raise InvalidInput(f"overlap_size must be an integer >= 0, got {overlap_size!r}")
@@ -127,6 +159,10 @@ class ChatModelSummarizer:
         check_function(event_formatter, "event_formatter", "(SessionEvent) -> str")
         if on_failure is not None:
             check_function(on_failure, "on_failure", "(SummaryRequest) -> None, or None")
+        if file_operations is not None:
+            check_function(file_operations, "file_operations", "(events) -> FilesTouched, or None")
+        self.max_tokens = check_cap(max_tokens)
+        self.file_operations = file_operations
         self.chat_model = chat_model
         self.overlap_size = overlap_size
         self.system_prompt = system_prompt
@@ -134,8 +170,29 @@ class ChatModelSummarizer:
         self.event_formatter = event_formatter
         self.on_failure = on_failure
 
+    def files(self, request: SummaryRequest) -> FilesTouched:
+        """The files of `request`: those its covered events read and modified, merged with those
+        recorded on its prior summary; none without `file_operations`.
+
+        Raises:
+            InvalidInput: `file_operations` returned something else than a `FilesTouched`.
+        """
+        if self.file_operations is None:
+            return FilesTouched()
+        found = self.file_operations(request.covered)
+        if not isinstance(found, FilesTouched):
+            raise InvalidInput(
+                f"file_operations returned {describe(found)}, not a FilesTouched; nothing was "
+                "written"
+            )
+        return prior_files(request.prior_summary).merged(found)
+
     def prompt(self, request: SummaryRequest) -> list[Message]:
-        """The messages sent to the model for `request`."""
+        """The messages sent to the model for `request`: the system prompt and one user message.
+
+        Raises:
+            InvalidInput: `file_operations` returned something else than a `FilesTouched`.
+        """
         fmt = self.event_formatter
         parts: list[str] = []
         prior = [e for e in request.prior_summary if e.role == "assistant"]
@@ -157,10 +214,19 @@ class ChatModelSummarizer:
                 "For continuity only, the conversation goes on like this (do not summarize it):\n"
                 "<continues>\n" + "\n".join(fmt(e) for e in overlap) + "\n</continues>"
             )
-        parts.append(
-            "Write the updated summary"
-            + (", merging the summary so far with the new conversation." if prior else ".")
+        files = self.files(request)
+        if files:
+            parts.append(
+                "The files the conversation read and modified so far (keep them in the "
+                "summary):\n<files>\n" + files_section(files) + "\n</files>"
+            )
+        ask = "Write the updated summary" + (
+            ", merging the summary so far with the new conversation." if prior else "."
         )
+        if self.max_tokens is not None:
+            room = self.max_tokens - turn_tokens(counter_of(request), self.shadow_prompt, "")
+            ask += f" Keep it under {max(room, 1)} tokens."
+        parts.append(ask)
         return [Message.system(self.system_prompt), Message.user("\n\n".join(parts))]
 
     def __call__(self, request: SummaryRequest) -> list[Message] | Awaitable[list[Message]]:
@@ -171,17 +237,56 @@ class ChatModelSummarizer:
         """
         if self._async:
             return self._summary_async(request)  # the model is asked when this is awaited
-        reply = self._complete(self.prompt(request))
+        messages = self._prepare(request)
+        try:
+            reply = self._complete(messages)
+        except Exception as exc:
+            self._failed(request, exc)
+            raise
         if inspect.isawaitable(reply):  # a plain function that returned an awaitable
             return self._summary_of(request, reply)
         return self._summary_turn(request, reply)
 
     async def _summary_async(self, request: SummaryRequest) -> list[Message]:
-        reply = self._complete(self.prompt(request))
-        return self._summary_turn(request, await cast(Awaitable[Message], reply))
+        messages = self._prepare(request)
+        try:
+            reply = await cast(Awaitable[Message], self._complete(messages))
+        except Exception as exc:
+            self._failed(request, exc)
+            raise
+        return self._summary_turn(request, reply)
 
     async def _summary_of(self, request: SummaryRequest, reply: Awaitable[object]) -> list[Message]:
-        return self._summary_turn(request, await reply)
+        try:
+            answer = await reply
+        except Exception as exc:
+            self._failed(request, exc)
+            raise
+        return self._summary_turn(request, answer)
+
+    def _prepare(self, request: SummaryRequest) -> list[Message]:
+        """The prompt for `request`, once the cap is known to hold a summary turn.
+
+        Raises:
+            InvalidInput: `max_tokens` cannot hold the shadow prompt (before the model is asked).
+        """
+        if self.max_tokens is not None:
+            error = room_error(self.max_tokens, counter_of(request), self.shadow_prompt)
+            if error is not None:
+                raise error
+        return self.prompt(request)
+
+    def _failed(self, request: SummaryRequest, exc: Exception) -> None:
+        """Log a failed model call at WARNING and tell `on_failure`."""
+        logger.warning(
+            "session %s: the summarizing model call failed (%s: %s); compaction skipped, the "
+            "view is unchanged",
+            request.session.id,
+            type(exc).__name__,
+            exc,
+        )
+        if self.on_failure is not None:
+            self.on_failure(request)
 
     def _summary_turn(self, request: SummaryRequest, reply: object) -> list[Message]:
         if not isinstance(reply, Message):
@@ -199,4 +304,17 @@ class ChatModelSummarizer:
             if self.on_failure is not None:
                 self.on_failure(request)
             return []
-        return [Message.user(self.shadow_prompt), Message.assistant(text.strip())]
+        text = text.strip()
+        if self.max_tokens is not None:
+            counter = counter_of(request)
+            fitted = cut_to_fit(counter, self.shadow_prompt, text, self.max_tokens)
+            if fitted != text:
+                logger.warning(
+                    "session %s: the summary held %d tokens, over max_tokens=%d: it was cut",
+                    request.session.id,
+                    turn_tokens(counter, self.shadow_prompt, text),
+                    self.max_tokens,
+                )
+                text = fitted
+        summary = Message("assistant", text, metadata=files_metadata(self.files(request)))
+        return [Message.user(self.shadow_prompt), summary]

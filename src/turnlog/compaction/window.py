@@ -186,6 +186,7 @@ class WindowCompactionStrategy:
                 prior_summary=tuple(prior_summary),
                 covered=tuple(_in_view_order(view, superseded + conversation[:cut])),
                 preserved=tuple(preserved),
+                token_counter=self._tokens.counter,
             )
         return _Plan(view, pinned, preserved, summary_request)
 
