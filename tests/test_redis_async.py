@@ -382,3 +382,39 @@ def test_a_stopped_server_raises_store_error():
 
     with RedisServer.start() as server:
         asyncio.run(main(server._servers.stop))
+
+
+def test_a_client_out_of_connections_is_named_as_such(redis_cluster_url):
+    """redis.asyncio's cluster client raises when every connection it may open to a node is
+    busy (100 by default): the error says so, not that the server went away (found by
+    bench/async_loop.py with 1,000 tasks)."""
+    prefix = f"tltest-{uuid.uuid4().hex[:12]}"
+
+    async def main() -> list[BaseException]:
+        async with AsyncRedisClusterStore(redis_cluster_url, prefix=prefix) as owner:
+            startup = [
+                redis.asyncio.cluster.ClusterNode(n.host, n.port) for n in owner.client.get_nodes()
+            ]
+            client = redis.asyncio.cluster.RedisCluster(startup_nodes=startup, max_connections=1)
+            store = AsyncRedisClusterStore(client, prefix=prefix)
+            await store.create_session(Session("busy", now()))
+            results = await asyncio.gather(
+                *(
+                    store.append_event(SessionEvent.for_message("busy", Message.user(f"m{i}")))
+                    for i in range(40)
+                ),
+                return_exceptions=True,
+            )
+            await store.close()
+            await client.aclose()
+            return [r for r in results if isinstance(r, BaseException)]
+
+    try:
+        errors = asyncio.run(main())
+    finally:
+        with RedisClusterStore(redis_cluster_url, prefix=prefix) as store:
+            purge(store.client, prefix)
+    assert errors, "40 calls at once on one connection per node all got one"
+    for error in errors:
+        assert isinstance(error, StoreError), repr(error)
+        assert "max_connections" in str(error) and "nothing was sent" in str(error)

@@ -28,7 +28,13 @@ try:
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster as _RedisCluster
     from redis.exceptions import ConnectionError as _ConnectionError
-    from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+    from redis.exceptions import (
+        MaxConnectionsError,
+        NoScriptError,
+        RedisClusterException,
+        RedisError,
+        ResponseError,
+    )
     from redis.exceptions import TimeoutError as _TimeoutError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -227,6 +233,12 @@ class RedisCore:
         Only a write whose command may have reached the server says it may have landed: a
         read, or a connection that never opened (with no retries), changed nothing.
         """
+        if isinstance(exc, MaxConnectionsError):
+            return StoreError(
+                f"every connection the client may open to {self._where} is in use ({exc}); "
+                "nothing was sent. Make fewer calls at once, or pass a client with a larger "
+                "max_connections (redis's cluster client allows 100 per node)"
+            )
         if isinstance(exc, (_ConnectionError, _TimeoutError)):
             if _connecting(exc):
                 unsent = "" if not write or self._retries == 0 else " A write may have landed."
