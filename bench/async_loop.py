@@ -19,7 +19,7 @@ Every contender gets a fresh store handle per run, opened and warmed (its thread
 connections made) before the clock starts; the garbage collector stays on (a collection is a
 real stall), collected before each run. The server stores get the same `--pool-max` on both
 sides. SQLite: a fresh file per run; the async store runs on
-`--sqlite-workers` threads (2, its default; then 4 and 1 for comparison), the sync store opens
+`--sqlite-workers` threads (1, its default; then 2 and 4 for comparison), the sync store opens
 one connection per thread.
 
     python bench/async_loop.py [--quick] [--stores memory,sqlite,postgres,redis,cluster]
@@ -74,7 +74,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pool-max", type=int, default=20, help="server store pool size")
     parser.add_argument(
         "--sqlite-workers",
-        default="2,4,1",
+        default="1,2,4",
         help="AsyncSqliteStore worker counts: the first is the main row, the others extra rows",
     )
     parser.add_argument("--rounds", type=int, help="rounds per store (3; quick 1)")

@@ -34,10 +34,10 @@ def busy_threads(path, **options) -> int:
     return asyncio.run(main())
 
 
-def test_two_workers_by_default(tmp_path):
-    assert busy_threads(tmp_path / "default.db") == 2
+def test_one_worker_by_default(tmp_path):
+    assert busy_threads(tmp_path / "default.db") == 1
 
 
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("workers", [2, 3])
 def test_workers_sets_the_thread_count(tmp_path, workers):
     assert busy_threads(tmp_path / "set.db", workers=workers) == workers

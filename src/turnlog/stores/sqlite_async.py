@@ -23,17 +23,18 @@ class AsyncSqliteStore(ThreadedAsyncStore):
     Keep `workers` small: the store's work is mostly Python (the codec, the view rules), so
     workers take turns on the GIL rather than run in parallel, and every busy worker is one
     more thread the event loop must win the GIL back from. Measured with 1,000 concurrent
-    sessions (docs/benchmarks.md, "Async stores: event-loop health"): 2 workers append as fast
-    as 4 and halve the loop's p99 stall; 4 workers read no faster than 1 or 2.
+    sessions (docs/benchmarks.md, "Async stores: event-loop health"): on a quiet machine one
+    worker serves them as fast as 2 (1,795 against 1,826 messages/s) with the loop's p99 stall
+    at 5.7 ms against 10.0 ms; 4 workers stall the loop 33 ms at p99 and read no faster.
 
     Nothing is opened until `await store.open()`, `async with store`, or the first call; the
     arguments are checked at once.
 
     Args:
         path: the database file (created with its schema when missing).
-        workers: worker threads (each with its own connection); at least 1. Two by default: one
-            long read (a whole log) does not hold up every other call, and the loop competes
-            for the GIL with only two threads.
+        workers: worker threads (each with its own connection); at least 1. One by default:
+            the loop then competes for the GIL with one thread only. Two let one long read (a
+            whole log) run beside the other calls, at the cost of longer loop stalls.
         busy_timeout: as `SqliteStore`.
         synchronous: as `SqliteStore`.
         clock: stamps events appended without a timestamp.
@@ -46,7 +47,7 @@ class AsyncSqliteStore(ThreadedAsyncStore):
         self,
         path: str | Path = "turnlog.db",
         *,
-        workers: int = 2,
+        workers: int = 1,
         busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
