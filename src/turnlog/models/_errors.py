@@ -7,7 +7,6 @@ imports a provider package.
 from __future__ import annotations
 
 from turnlog.errors import ModelError
-from turnlog.models.base import MalformedReply
 
 __all__ = ["model_error"]
 
@@ -26,7 +25,8 @@ def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
     kind = type(exc).__name__
     detail = _detail(exc)
     who = f"{provider} model {model!r}"
-    if isinstance(exc, MalformedReply) or kind == "APIResponseValidationError":
+    if isinstance(exc, ValueError) or kind == "APIResponseValidationError":
+        # MalformedReply, a body that is not JSON, or one the client's models reject
         status = status or 200
         advice = (
             f"the reply of {who} is not in the {provider} wire format ({detail}): check that "

@@ -9,7 +9,7 @@ Needs the `anthropic` extra: `pip install 'turnlog[anthropic]'`. The blocking tw
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import anthropic
 
@@ -93,6 +93,7 @@ class AnthropicChatModel:
                 f"pass either client or {', '.join(given)}, not both: configure your own "
                 "client fully, or let turnlog build one"
             )
+        owned = client is None
         if client is None:
             try:
                 client = anthropic.Anthropic(**given)
@@ -101,10 +102,22 @@ class AnthropicChatModel:
                     f"cannot build an Anthropic client: {exc} (pass api_key=, set "
                     "ANTHROPIC_API_KEY, or pass client=)"
                 ) from exc
+        self._owns_client = owned
         self.model = model
         self.client = client
         self.max_tokens = max_tokens
         self.options: dict[str, Any] = dict(options or {})
+
+    def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None

@@ -7,7 +7,7 @@ Needs the `anthropic` extra: `pip install 'turnlog[anthropic]'`. The blocking tw
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import anthropic
 
@@ -91,6 +91,7 @@ class AsyncAnthropicChatModel:
                 f"pass either client or {', '.join(given)}, not both: configure your own "
                 "client fully, or let turnlog build one"
             )
+        owned = client is None
         if client is None:
             try:
                 client = anthropic.AsyncAnthropic(**given)
@@ -99,10 +100,22 @@ class AsyncAnthropicChatModel:
                     f"cannot build an Anthropic client: {exc} (pass api_key=, set "
                     "ANTHROPIC_API_KEY, or pass client=)"
                 ) from exc
+        self._owns_client = owned
         self.model = model
         self.client = client
         self.max_tokens = max_tokens
         self.options: dict[str, Any] = dict(options or {})
+
+    async def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None

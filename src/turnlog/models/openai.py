@@ -11,7 +11,7 @@ generated from this file.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import openai
 
@@ -89,6 +89,7 @@ class OpenAIChatModel:
                 f"pass either client or {', '.join(given)}, not both: configure your own "
                 "client fully, or let turnlog build one"
             )
+        owned = client is None
         if client is None:
             try:
                 client = openai.OpenAI(**given)
@@ -97,9 +98,21 @@ class OpenAIChatModel:
                     f"cannot build an OpenAI client: {exc} (pass api_key=, set "
                     "OPENAI_API_KEY, or pass client=)"
                 ) from exc
+        self._owns_client = owned
         self.model = model
         self.client = client
         self.options: dict[str, Any] = dict(options or {})
+
+    def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None

@@ -9,7 +9,7 @@ generated from this file.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import openai
 
@@ -87,6 +87,7 @@ class AsyncOpenAIChatModel:
                 f"pass either client or {', '.join(given)}, not both: configure your own "
                 "client fully, or let turnlog build one"
             )
+        owned = client is None
         if client is None:
             try:
                 client = openai.AsyncOpenAI(**given)
@@ -95,9 +96,21 @@ class AsyncOpenAIChatModel:
                     f"cannot build an OpenAI client: {exc} (pass api_key=, set "
                     "OPENAI_API_KEY, or pass client=)"
                 ) from exc
+        self._owns_client = owned
         self.model = model
         self.client = client
         self.options: dict[str, Any] = dict(options or {})
+
+    async def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None
