@@ -8,6 +8,7 @@ real sockets through `base_url`. Builders below write bodies exactly as each pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import deque
@@ -86,7 +87,9 @@ class ScriptedServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
 
     @property
@@ -343,3 +346,45 @@ def anthropic_events(
     )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+# -- driving both twins from one test ------------------------------------------------------------
+
+
+class Twin:
+    """Calls the blocking or the asyncio adapter alike: each call builds the model, uses it and
+    closes it (the asyncio one inside its own event loop)."""
+
+    def __init__(self, kind: str, blocking: type, asyncio_: type, **settings: Any) -> None:
+        self.kind = kind
+        self.cls = blocking if kind == "sync" else asyncio_
+        self.settings = settings
+
+    def _run(self, action: Any) -> Any:
+        if self.kind == "sync":
+            with self.cls(**self.settings) as model:
+                return action(model)
+
+        async def main() -> Any:
+            async with self.cls(**self.settings) as model:
+                result = action(model)
+                if hasattr(result, "__anext__"):
+                    return [event async for event in result]
+                return await result
+
+        return asyncio.run(main())
+
+    def respond(self, messages: Any, tools: Any = None) -> Any:
+        return self._run(lambda m: m.respond(messages, tools))
+
+    def stream(self, messages: Any, tools: Any = None) -> list[Any]:
+        return self._run(
+            lambda m: (
+                m.stream(messages, tools)
+                if self.kind != "sync"
+                else list(m.stream(messages, tools))
+            )
+        )
+
+    def complete(self, messages: Any) -> Any:
+        return self._run(lambda m: m.complete(messages))

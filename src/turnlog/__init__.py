@@ -22,6 +22,7 @@ from turnlog.compaction import (
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
+    ModelError,
     SessionAlreadyExists,
     SessionNotFound,
     StoreError,
@@ -88,6 +89,7 @@ __all__ = [
     "EventFilter",
     "EventType",
     "InvalidInput",
+    "ModelError",
     "MemoryStore",
     "Message",
     "O200kCounter",
