@@ -59,7 +59,8 @@ class AnthropicChatModel:
         max_retries: how often the client retries 408/429/5xx and lost connections
             (None: the client's default, 2).
         max_tokens: the reply's token limit, which the Messages API requires (>= 1).
-        options: further request fields sent with every call, as the API names them
+        options: further fields of the request body, sent with every call as the API names
+            them (through the client's `extra_body`, so any field the server knows works)
             (`{"temperature": 0.2}`).
 
     Raises:
@@ -125,10 +126,11 @@ class AnthropicChatModel:
         system, turns = to_anthropic_messages(messages)
         request: dict[str, Any] = {
             "max_tokens": self.max_tokens,
-            **self.options,
             "model": self.model,
             "messages": turns,
         }
+        if self.options:
+            request["extra_body"] = self.options
         if system is not None:
             request["system"] = system
         if tools:

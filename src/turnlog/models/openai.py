@@ -58,7 +58,8 @@ class OpenAIChatModel:
         timeout: seconds per request (None: the client's default).
         max_retries: how often the client retries 408/429/5xx and lost connections
             (None: the client's default, 2).
-        options: further request fields sent with every call, as the API names them
+        options: further fields of the request body, sent with every call as the API names
+            them (through the client's `extra_body`, so any field the server knows works)
             (`{"temperature": 0.2, "max_completion_tokens": 512}`).
 
     Raises:
@@ -117,11 +118,9 @@ class OpenAIChatModel:
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None
     ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            **self.options,
-            "model": self.model,
-            "messages": to_openai_messages(messages),
-        }
+        request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages)}
+        if self.options:
+            request["extra_body"] = self.options
         if tools:
             request["tools"] = openai_tools(tools)
         return request
