@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +40,7 @@ class ScriptedServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
+        self.aborted = 0
         self._stop = threading.Event()
         server = self
 
@@ -52,7 +54,8 @@ class ScriptedServer:
                 try:
                     self._answer()
                 except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client gave up (a timeout test)
+                    server.aborted += 1  # the client gave up (a timeout, a stream left early)
+                    self.close_connection = True
 
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
@@ -67,7 +70,7 @@ class ScriptedServer:
                     )
                 )
                 reply = server.replies.popleft() if server.replies else Reply(500, b"{}")
-                if reply.delay and server._stop.wait(reply.delay):
+                if reply.sse is None and reply.delay and server._stop.wait(reply.delay):
                     return
                 self.send_response(reply.status)
                 self.send_header("content-type", reply.content_type)
@@ -83,6 +86,8 @@ class ScriptedServer:
                 for chunk in reply.sse:
                     self.wfile.write(chunk)
                     self.wfile.flush()
+                    if reply.delay:
+                        time.sleep(reply.delay)
                 self.close_connection = True
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -111,8 +116,11 @@ class ScriptedServer:
     def reply_raw(self, body: bytes, status: int = 200, content_type: str = "application/json"):
         self.replies.append(Reply(status, body, content_type))
 
-    def reply_sse(self, events: list[tuple[str | None, Any]], trailer: bytes = b"") -> None:
-        """Events as (event name or None, JSON data or a raw string), then `trailer`."""
+    def reply_sse(
+        self, events: list[tuple[str | None, Any]], trailer: bytes = b"", pause: float = 0.0
+    ) -> None:
+        """Events as (event name or None, JSON data or a raw string), then `trailer`; `pause`
+        seconds after each."""
         chunks = []
         for name, data in events:
             text = data if isinstance(data, str) else json.dumps(data)
@@ -120,7 +128,7 @@ class ScriptedServer:
             chunks.append(f"{head}data: {text}\n\n".encode())
         if trailer:
             chunks.append(trailer)
-        self.replies.append(Reply(200, content_type="text/event-stream", sse=chunks))
+        self.replies.append(Reply(200, content_type="text/event-stream", sse=chunks, delay=pause))
 
     def reply_slow(self, seconds: float) -> None:
         self.replies.append(Reply(200, b"{}", delay=seconds))

@@ -222,3 +222,34 @@ def test_no_api_key_is_invalid_input(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(InvalidInput, match="OPENAI_API_KEY"):
         OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1")
+
+
+def test_leaving_a_stream_early_closes_it(server):
+    import asyncio
+    import time
+    from contextlib import aclosing, closing
+
+    long_reply = openai_chunks(["one "] + ["more "] * 40)
+    server.reply_sse(long_reply, pause=0.02)
+    settings = {"base_url": server.url + "/v1", "api_key": "k", "max_retries": 0, "timeout": 2.0}
+    with OpenAIChatModel("gpt-test", **settings) as model:
+        with closing(model.stream([Message.user("count")])) as events:
+            assert next(events) == "one "
+        server.reply_json(openai_completion("next call"))
+        assert model.respond([Message.user("again")]).message.text == "next call"
+    server.reply_sse(long_reply, pause=0.02)
+
+    async def main():
+        async with AsyncOpenAIChatModel("gpt-test", **settings) as model:
+            async with aclosing(model.stream([Message.user("count")])) as events:
+                async for event in events:
+                    assert event == "one "
+                    break
+            server.reply_json(openai_completion("next call"))
+            return await model.respond([Message.user("again")])
+
+    assert asyncio.run(main()).message.text == "next call"
+    deadline = time.monotonic() + 3
+    while server.aborted < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.aborted == 2  # both streams were closed, not read to their end
