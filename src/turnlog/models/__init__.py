@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from turnlog.models.openai import OpenAIChatModel as OpenAIChatModel
     from turnlog.models.openai_async import AsyncOpenAIChatModel as AsyncOpenAIChatModel
 
+    def _conforms(
+        a: OpenAIChatModel,
+        b: AnthropicChatModel,
+        c: AsyncOpenAIChatModel,
+        d: AsyncAnthropicChatModel,
+    ) -> tuple[ChatModelAdapter, ChatModelAdapter, AsyncChatModelAdapter, AsyncChatModelAdapter]:
+        """Never called: mypy checks here that each adapter implements its protocol."""
+        return a, b, c, d
+
+
 # name -> (module, the extra that installs its provider package)
 _LAZY: Final = {
     "OpenAIChatModel": ("turnlog.models.openai", "openai"),
