@@ -245,3 +245,12 @@ def test_a_client_of_your_own_and_checked_arguments(server):
         AnthropicChatModel("claude-test", client=client, api_key="k")
     with pytest.raises(InvalidInput, match="max_tokens"):
         AnthropicChatModel("claude-test", api_key="k", max_tokens=0)
+
+
+def test_a_stream_that_stalls_past_the_timeout_is_one_model_error(server, model):
+    model.settings["timeout"] = 0.3
+    server.reply_sse(anthropic_events(["a", "b", "c"]), pause=0.6)
+    with pytest.raises(ModelError) as caught:
+        model.stream([Message.user("hi")])
+    assert (caught.value.provider, caught.value.status) == ("anthropic", None)
+    assert "did not answer in time" in str(caught.value)

@@ -253,3 +253,12 @@ def test_leaving_a_stream_early_closes_it(server):
     while server.aborted < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.aborted == 2  # both streams were closed, not read to their end
+
+
+def test_a_stream_that_stalls_past_the_timeout_is_one_model_error(server, model):
+    model.settings["timeout"] = 0.3
+    server.reply_sse(openai_chunks(["a", "b", "c"]), pause=0.6)
+    with pytest.raises(ModelError) as caught:
+        model.stream([Message.user("hi")])
+    assert (caught.value.provider, caught.value.status) == ("openai", None)
+    assert "did not answer in time" in str(caught.value)

@@ -51,12 +51,12 @@ def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
         advice = f"{who} failed on the provider's side (HTTP {status}): try again later ({detail})"
     elif status is not None:
         advice = f"{who} refused the request (HTTP {status}): {detail}"
-    elif kind == "APITimeoutError":
+    elif kind == "APITimeoutError" or kind.endswith("Timeout"):  # httpx's, mid-stream
         advice = (
             f"{who} did not answer in time, after the client's retries: try again, or give "
             "the client a longer timeout"
         )
-    elif kind == "APIConnectionError":
+    elif kind in ("APIConnectionError", "RemoteProtocolError", "ReadError", "ConnectError"):
         advice = f"{who} cannot be reached ({detail}): check base_url and that the server is up"
     else:
         advice = f"the call to {who} failed: {kind}: {detail}"
