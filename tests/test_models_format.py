@@ -158,3 +158,29 @@ def test_reading_replies_refuses_malformed_bodies():
         stream.feed(
             {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
         )
+
+
+def test_anthropic_stream_usage_keeps_the_latest_of_each_count():
+    stream = AnthropicStream()
+    start = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "usage": {"input_tokens": 10, "cache_read_input_tokens": 32, "output_tokens": 1},
+    }
+    stream.feed({"type": "message_start", "message": start})
+    # a newer API repeats input_tokens in message_delta, without the cache counts
+    stream.feed(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"input_tokens": 10, "output_tokens": 7},
+        }
+    )
+    response = stream.response()
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (42, 7)
+    assert response.usage.cached_input_tokens == 32
+    assert response.stop_reason == "end_turn"
+    assert response.message == Message.assistant("")  # an empty reply: no content blocks

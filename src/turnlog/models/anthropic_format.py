@@ -189,22 +189,14 @@ def from_anthropic_messages(system: str | None, wire: Iterable[Mapping[str, Any]
     return out
 
 
-def _usage(raw: object, prior: Usage | None = None) -> Usage:
+def _usage(raw: object) -> Usage:
     if not isinstance(raw, dict):
-        return prior or Usage()
+        return Usage()
     fresh = count(raw.get("input_tokens"))
     read = count(raw.get("cache_read_input_tokens"))
     written = count(raw.get("cache_creation_input_tokens"))
     parts = [n for n in (fresh, read, written) if n is not None]
-    total = sum(parts) if parts else None
-    output = count(raw.get("output_tokens"))
-    if prior is None:
-        return Usage(total, output, read)
-    return Usage(
-        total if fresh is not None else prior.input_tokens,
-        output if output is not None else prior.output_tokens,
-        read if read is not None else prior.cached_input_tokens,
-    )
+    return Usage(sum(parts) if parts else None, count(raw.get("output_tokens")), read)
 
 
 def response_from_anthropic(body: object) -> ChatResponse:
@@ -239,7 +231,7 @@ class AnthropicStream:
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
         self._partial: dict[int, list[str]] = {}
-        self._usage = Usage()
+        self._usage: dict[str, Any] = {}
         self._stop: str | None = None
 
     def feed(self, event: object) -> str | None:
@@ -257,7 +249,7 @@ class AnthropicStream:
             message = field_of(event, "message", dict, "message_start")
             assert isinstance(message, dict)
             self._message = message
-            self._usage = _usage(message.get("usage"))
+            self._add_usage(message.get("usage"))
         elif kind == "content_block_start":
             index = field_of(event, "index", int, kind)
             block = field_of(event, "content_block", dict, kind)
@@ -272,11 +264,17 @@ class AnthropicStream:
             delta = event.get("delta") or {}
             if isinstance(delta.get("stop_reason"), str):
                 self._stop = delta["stop_reason"]
-            self._usage = _usage(event.get("usage"), self._usage)
+            self._add_usage(event.get("usage"))
         elif kind == "error":
             error = event.get("error") or {}
             raise MalformedReply(f"the stream carried an error: {error.get('message', error)}")
         return None
+
+    def _add_usage(self, raw: object) -> None:
+        """message_start counts the prompt; message_delta's counts are cumulative and may
+        repeat some of them: the latest value of each count wins."""
+        if isinstance(raw, dict):
+            self._usage.update((k, v) for k, v in raw.items() if v is not None)
 
     def _delta(self, event: dict[str, Any]) -> str | None:
         index = field_of(event, "index", int, "content_block_delta")
@@ -311,4 +309,4 @@ class AnthropicStream:
                     raise MalformedReply(f"a streamed tool input is not JSON: {exc}") from exc
             content.append(block)
         whole = response_from_anthropic(dict(self._message, content=content))
-        return ChatResponse(whole.message, self._usage, whole.model, self._stop)
+        return ChatResponse(whole.message, _usage(self._usage), whole.model, self._stop)
