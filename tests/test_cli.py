@@ -700,3 +700,24 @@ def test_import_allow_broken_stores_it_and_the_view_repairs_it(db, tmp_path, cap
         ("tool", "missing tool results"),
         ("user", None),
     ]
+
+
+def test_show_json_carries_a_failed_tool_results_flag(db, capsys):
+    from turnlog import Message, ToolCall, ToolResult
+
+    with service(db) as svc:
+        svc.create("s")
+        svc.append_message("s", Message.user("weather?"))
+        svc.append_message("s", Message.assistant(None, [ToolCall("c1", "w"), ToolCall("c2", "w")]))
+        svc.append_message(
+            "s",
+            Message.tool(
+                [ToolResult("c1", "w", "no city", is_error=True), ToolResult("c2", "w", "3C")]
+            ),
+        )
+    code, out, _ = run(capsys, "--db", db, "show", "s", "--json")
+    assert code == 0
+    results = json.loads(out)["view"][2]["message"]["tool_results"]
+    assert [r["is_error"] for r in results] == [True, False]
+    code, out, _ = run(capsys, "--db", db, "show", "s")
+    assert "w → error: no city" in out

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from turnlog import CompactionBoundary, CorruptData, Message, ToolCall, ToolResult
+from turnlog import CompactionBoundary, CorruptData, InvalidInput, Message, ToolCall, ToolResult
 from turnlog.codec import decode_event, encode_body, from_micros, to_micros
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "bodies_v1.json").read_text("utf-8"))
@@ -70,3 +70,42 @@ def test_a_damaged_body_is_corrupt_data_naming_session_and_seq(body):
             synthetic=False,
             body=body,
         )
+
+
+ERROR_FIXTURES = json.loads(
+    (Path(__file__).parent / "fixtures" / "bodies_v1_tool_error.json").read_text("utf-8")
+)
+
+
+def _decode_error_fixture(name):
+    row = ERROR_FIXTURES[name]
+    return decode_event(
+        event_id=name,
+        session_id="s",
+        seq=1,
+        type_name=row["type"],
+        timestamp_micros=1_700_000_000_000_000,
+        synthetic=row["synthetic"],
+        body=row["body"].encode(),
+    )
+
+
+def test_a_failed_tool_result_carries_its_error_flag():
+    event = _decode_error_fixture("tool_error")
+    assert event.message == Message.tool(
+        [
+            ToolResult("c1", "get_weather", "city not found", is_error=True),
+            ToolResult("c2", "get_time", "09:00"),
+        ]
+    )
+    assert encode_body(event).decode() == ERROR_FIXTURES["tool_error"]["body"]
+
+
+def test_old_tool_results_read_as_not_failed():
+    results = _decode("tool_parallel").message.tool_results
+    assert [r.is_error for r in results] == [False, False]
+
+
+def test_is_error_must_be_a_bool():
+    with pytest.raises(InvalidInput):
+        ToolResult("c1", "f", "x", is_error="yes")

@@ -25,6 +25,7 @@ from turnlog.compaction import (
 from turnlog.errors import (
     CorruptData,
     InvalidInput,
+    ModelError,
     SessionAlreadyExists,
     SessionNotFound,
     StoreError,
@@ -96,6 +97,7 @@ __all__ = [
     "InvalidInput",
     "MemoryStore",
     "Message",
+    "ModelError",
     "O200kCounter",
     "Session",
     "SessionAlreadyExists",

@@ -200,7 +200,8 @@ def event_json(e: SessionEvent, status: str) -> dict[str, Any]:
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
         ],
         "tool_results": [
-            {"call_id": r.call_id, "name": r.name, "content": r.content} for r in m.tool_results
+            {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
+            for r in m.tool_results
         ],
         "metadata": dict(m.metadata),
     }

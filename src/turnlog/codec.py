@@ -7,6 +7,10 @@ body; the body carries the message or payload and the metadata:
                          "metadata": {...}}, "metadata": {...}}
     {"v": 1, "payload": <json>, "metadata": {...}}
 
+A tool call is `[id, name, arguments]`; a tool result `[call_id, name, content]`, or
+`[call_id, name, content, true]` for a failed call (`ToolResult.is_error`, added within format 1:
+bodies without it read as before, and a result that did not fail is still written without it).
+
 Format 1 is the only one so far. Bodies written by every released format stay readable: their
 fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 """
@@ -58,6 +62,7 @@ class _Result(msgspec.Struct, array_like=True):
     call_id: str
     name: str
     content: str
+    is_error: bool = False  # a trailing default: absent from older bodies
 
 
 class _Message(msgspec.Struct, omit_defaults=True):
@@ -68,6 +73,16 @@ class _Message(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
+class _OutMessage(msgspec.Struct, omit_defaults=True):
+    """`_Message` as written: a result that did not fail leaves out the trailing `false`."""
+
+    role: str
+    text: str | None = None
+    tool_calls: list[_Call] = []
+    tool_results: list[tuple[str, str, str] | tuple[str, str, str, bool]] = []
+    metadata: dict[str, Any] = {}
+
+
 class _Body(msgspec.Struct, omit_defaults=True):
     v: int
     message: _Message | None = None
@@ -75,9 +90,16 @@ class _Body(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
+class _OutBody(msgspec.Struct, omit_defaults=True):
+    v: int
+    message: _OutMessage | None = None
+    payload: Any = None
+    metadata: dict[str, Any] = {}
+
+
 class _IdsMessage(msgspec.Struct):
     tool_calls: list[tuple[str, ...]] = []
-    tool_results: list[tuple[str, ...]] = []
+    tool_results: list[tuple[str | bool, ...]] = []
 
 
 class _IdsBody(msgspec.Struct):
@@ -121,14 +143,19 @@ def encode_body(event: SessionEvent) -> bytes:
     m = event.message
     message = None
     if m is not None:
-        message = _Message(
+        message = _OutMessage(
             role=m.role,
             text=m.text,
             tool_calls=[_Call(c.id, c.name, c.arguments) for c in m.tool_calls],
-            tool_results=[_Result(r.call_id, r.name, r.content) for r in m.tool_results],
+            tool_results=[
+                (r.call_id, r.name, r.content, True)
+                if r.is_error
+                else (r.call_id, r.name, r.content)
+                for r in m.tool_results
+            ],
             metadata=dict(m.metadata),
         )
-    body = _Body(
+    body = _OutBody(
         v=FORMAT_VERSION,
         message=message,
         payload=event.payload,
@@ -153,7 +180,7 @@ def message_ids(body: bytes | str) -> list[str]:
         raise CorruptData(f"a stored message cannot be read: {exc}") from exc
     if message is None:
         return []
-    return [c[0] for c in message.tool_calls] + [r[0] for r in message.tool_results]
+    return [str(c[0]) for c in message.tool_calls] + [str(r[0]) for r in message.tool_results]
 
 
 def message_role(body: bytes) -> str | None:
@@ -203,7 +230,7 @@ def decode_event(
                 text=wire.text,
                 tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in wire.tool_calls),
                 tool_results=tuple(
-                    ToolResult(r.call_id, r.name, r.content) for r in wire.tool_results
+                    ToolResult(r.call_id, r.name, r.content, r.is_error) for r in wire.tool_results
                 ),
                 metadata=wire.metadata,
             )

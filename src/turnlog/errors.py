@@ -3,7 +3,8 @@
 Each message says what happened and what to do about it. Errors caused by the caller's input are
 `InvalidInput` (also a `ValueError`); errors about state the caller expected to be different are
 `SessionNotFound`, `SessionAlreadyExists` and `VersionConflict`; errors about the store's data or
-connection are `StoreError` and its subclass `CorruptData`.
+connection are `StoreError` and its subclass `CorruptData`; errors from a chat model's provider
+(`turnlog.models`) are `ModelError`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "CorruptData",
     "InvalidInput",
+    "ModelError",
     "SessionAlreadyExists",
     "SessionNotFound",
     "StoreError",
@@ -80,3 +82,23 @@ class StoreError(TurnlogError):
 
 class CorruptData(StoreError):
     """Stored data cannot be read back: a damaged row, or a file that is not a turnlog database."""
+
+
+class ModelError(TurnlogError):
+    """A chat model's provider refused or failed a call. Nothing was appended to any log.
+
+    Every provider failure an adapter of `turnlog.models` meets becomes this one error: a bad
+    key (401/403), an unknown model (404), a rate limit the client's own retries did not outlast
+    (429), a server error (5xx), a timeout or lost connection (`status` None), or a reply the
+    adapter cannot read (`status` is the HTTP status, 200 for a malformed success). The message
+    says what to do; the provider's exception is the `__cause__`.
+
+    Attributes:
+        provider: "openai" or "anthropic" (the wire format spoken).
+        status: the HTTP status of the failed reply, or None when no reply came.
+    """
+
+    def __init__(self, provider: str, status: int | None, message: str) -> None:
+        self.provider = provider
+        self.status = status
+        super().__init__(message)

@@ -203,12 +203,18 @@ class ToolResult:
     name: str
     """The tool's name."""
     content: str
-    """What the tool returned, as text."""
+    """What the tool returned, as text (for a failed call: what went wrong)."""
+    is_error: bool = False
+    """True when the tool failed and `content` describes the failure."""
 
     def __post_init__(self) -> None:
         _check_text(self.call_id, "a tool result's call_id")
         _check_text(self.name, "a tool result's name")
         _check_text(self.content, "a tool result's content")
+        if not isinstance(self.is_error, bool):
+            raise InvalidInput(
+                f"a tool result's is_error must be a bool, got {type(self.is_error).__name__}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

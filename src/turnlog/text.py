@@ -16,7 +16,9 @@ def message_text(message: Message) -> str:
     """The one-line rendering of a message (see `event_text`)."""
     label = _LABELS[message.role]
     if message.role == "tool":
-        results = ", ".join(f"{r.name} → {r.content}" for r in message.tool_results)
+        results = ", ".join(
+            f"{r.name} → {'error: ' if r.is_error else ''}{r.content}" for r in message.tool_results
+        )
         return f"{label} [responses: {results}]"
     head = label if message.text is None else f"{label}: {message.text}"
     if message.tool_calls:

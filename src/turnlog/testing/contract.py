@@ -221,7 +221,10 @@ class StoreContract(
             msg(
                 sid,
                 Message.tool(
-                    [ToolResult("call_1", "get_weather", "12°C"), ToolResult("c2", "t", "")]
+                    [
+                        ToolResult("call_1", "get_weather", "12°C"),
+                        ToolResult("c2", "t", "", is_error=True),  # a failed call keeps its flag
+                    ]
                 ),
             ),
             SessionEvent.for_payload(sid, AUDIT, {"who": "ann", "n": [1, 2.5, None, True]}),

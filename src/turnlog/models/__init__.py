@@ -1,0 +1,70 @@
+"""Chat models: one adapter per provider wire format, each behind its own extra.
+
+`OpenAIChatModel` / `AsyncOpenAIChatModel` speak Chat Completions (`pip install
+'turnlog[openai]'`); `AnthropicChatModel` / `AsyncAnthropicChatModel` speak the Messages API
+(`pip install 'turnlog[anthropic]'`). They are imported on first use, so `import turnlog` and
+`import turnlog.models` never need either package. See docs/models.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+from turnlog.models.base import (
+    AsyncChatModelAdapter,
+    ChatModelAdapter,
+    ChatResponse,
+    StreamEvent,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from turnlog.models.anthropic import AnthropicChatModel as AnthropicChatModel
+    from turnlog.models.anthropic_async import (
+        AsyncAnthropicChatModel as AsyncAnthropicChatModel,
+    )
+    from turnlog.models.openai import OpenAIChatModel as OpenAIChatModel
+    from turnlog.models.openai_async import AsyncOpenAIChatModel as AsyncOpenAIChatModel
+
+    def _conforms(
+        a: OpenAIChatModel,
+        b: AnthropicChatModel,
+        c: AsyncOpenAIChatModel,
+        d: AsyncAnthropicChatModel,
+    ) -> tuple[ChatModelAdapter, ChatModelAdapter, AsyncChatModelAdapter, AsyncChatModelAdapter]:
+        """Never called: mypy checks here that each adapter implements its protocol."""
+        return a, b, c, d
+
+
+# name -> (module, the extra that installs its provider package)
+_LAZY: Final = {
+    "OpenAIChatModel": ("turnlog.models.openai", "openai"),
+    "AsyncOpenAIChatModel": ("turnlog.models.openai_async", "openai"),
+    "AnthropicChatModel": ("turnlog.models.anthropic", "anthropic"),
+    "AsyncAnthropicChatModel": ("turnlog.models.anthropic_async", "anthropic"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, extra = found
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise ImportError(
+            f"{name} needs the {extra} package, which is not installed: "
+            f"pip install 'turnlog[{extra}]'",
+            name=extra,
+        ) from exc
+
+
+__all__ = [
+    "AsyncChatModelAdapter",
+    "ChatModelAdapter",
+    "ChatResponse",
+    "StreamEvent",
+    "Usage",
+]

@@ -1,0 +1,63 @@
+"""Provider failures as `ModelError`: one message per kind of failure, saying what to do.
+
+Pure: it reads the provider exception's attributes (`status_code`, the class name), never
+imports a provider package.
+"""
+
+from __future__ import annotations
+
+from turnlog.errors import ModelError
+
+__all__ = ["model_error"]
+
+_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def _detail(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
+    """The `ModelError` for `exc`, raised by `provider`'s client while calling `model`."""
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    kind = type(exc).__name__
+    detail = _detail(exc)
+    who = f"{provider} model {model!r}"
+    if isinstance(exc, ValueError) or kind == "APIResponseValidationError":
+        # MalformedReply, a body that is not JSON, or one the client's models reject
+        status = status or 200
+        advice = (
+            f"the reply of {who} is not in the {provider} wire format ({detail}): check that "
+            "base_url points at a server that speaks it"
+        )
+    elif status in (401, 403):
+        advice = (
+            f"{who} refused the credentials (HTTP {status}): check the API key (api_key=, or "
+            f"{_KEYS.get(provider, 'the API key variable')}) and its permissions"
+        )
+    elif status == 404:
+        advice = (
+            f"{who} was not found (HTTP 404): check the model name and that base_url ends "
+            "where the API starts (for example http://localhost:11434/v1 for Ollama)"
+        )
+    elif status == 429:
+        advice = (
+            f"{who} is rate limited (HTTP 429) and the client's retries ran out: wait and try "
+            "again, lower the request rate, or give the client more max_retries"
+        )
+    elif status is not None and status >= 500:
+        advice = f"{who} failed on the provider's side (HTTP {status}): try again later ({detail})"
+    elif status is not None:
+        advice = f"{who} refused the request (HTTP {status}): {detail}"
+    elif kind == "APITimeoutError" or kind.endswith("Timeout"):  # httpx's, mid-stream
+        advice = (
+            f"{who} did not answer in time, after the client's retries: try again, or give "
+            "the client a longer timeout"
+        )
+    elif kind in ("APIConnectionError", "RemoteProtocolError", "ReadError", "ConnectError"):
+        advice = f"{who} cannot be reached ({detail}): check base_url and that the server is up"
+    else:
+        advice = f"the call to {who} failed: {kind}: {detail}"
+    return ModelError(provider, status, advice + "; nothing was appended to the log")

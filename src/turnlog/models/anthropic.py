@@ -1,0 +1,192 @@
+# Generated from src/turnlog/models/anthropic_async.py by scripts/async_to_sync.py.
+# Do not edit: change the async source, then run `python scripts/async_to_sync.py`.
+"""`AnthropicChatModel`: a chat model over the official `anthropic` package (Messages API).
+
+Needs the `anthropic` extra: `pip install 'turnlog[anthropic]'`. The blocking twin,
+`AnthropicChatModel` in turnlog/models/anthropic.py, is generated from this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Self
+
+import anthropic
+
+from turnlog.errors import InvalidInput
+from turnlog.events import Message
+from turnlog.models._errors import model_error
+from turnlog.models.anthropic_format import (
+    AnthropicStream,
+    anthropic_tools,
+    response_from_anthropic,
+    to_anthropic_messages,
+)
+from turnlog.models.base import ChatResponse, MalformedReply, StreamEvent
+from turnlog.toolsearch.base import ToolReference
+
+__all__ = ["AnthropicChatModel"]
+
+PROVIDER = "anthropic"
+
+
+def _json(reply: object) -> object:
+    """A reply object of the SDK as plain JSON."""
+    dump = getattr(reply, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", warnings=False)
+    if isinstance(reply, dict):
+        return reply
+    raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")
+
+
+class AnthropicChatModel:
+    """A chat model spoken to in the Anthropic Messages wire format.
+
+    System messages go to the top-level `system` field; tool calls and results travel as
+    tool_use / tool_result blocks (a failed result with `is_error`); consecutive messages of
+    one role are merged into one turn. Pass your own configured `anthropic.Anthropic`
+    client, or let the model build one from `base_url` and `api_key` (the key falls back to
+    ANTHROPIC_API_KEY, as in the client). The constructor does no I/O.
+
+    Args:
+        model: the model name sent with each request (for example "claude-sonnet-4-5").
+        client: your client; then `base_url`, `api_key`, `timeout` and `max_retries` must not
+            be given.
+        base_url: the API's root (without /v1).
+        api_key: the key; None reads ANTHROPIC_API_KEY.
+        timeout: seconds per request (None: the client's default).
+        max_retries: how often the client retries 408/429/5xx and lost connections
+            (None: the client's default, 2).
+        max_tokens: the reply's token limit, which the Messages API requires (>= 1).
+        options: further fields of the request body, sent with every call as the API names
+            them (through the client's `extra_body`, so any field the server knows works)
+            (`{"temperature": 0.2}`).
+
+    Raises:
+        InvalidInput: a blank model, `max_tokens` below 1, or `client` together with a
+            setting for building one.
+    """
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: anthropic.Anthropic | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        max_tokens: int = 4096,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidInput(f"model must be a model name, got {model!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidInput(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        settings: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
+        settings["max_retries"] = max_retries
+        given = {k: v for k, v in settings.items() if v is not None}
+        if client is not None and given:
+            raise InvalidInput(
+                f"pass either client or {', '.join(given)}, not both: configure your own "
+                "client fully, or let turnlog build one"
+            )
+        owned = client is None
+        if client is None:
+            try:
+                client = anthropic.Anthropic(**given)
+            except anthropic.AnthropicError as exc:
+                raise InvalidInput(
+                    f"cannot build an Anthropic client: {exc} (pass api_key=, set "
+                    "ANTHROPIC_API_KEY, or pass client=)"
+                ) from exc
+        self._owns_client = owned
+        self.model = model
+        self.client = client
+        self.max_tokens = max_tokens
+        self.options: dict[str, Any] = dict(options or {})
+
+    def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _request(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None
+    ) -> dict[str, Any]:
+        system, turns = to_anthropic_messages(messages)
+        request: dict[str, Any] = {
+            "max_tokens": self.max_tokens,
+            "model": self.model,
+            "messages": turns,
+        }
+        if self.options:
+            request["extra_body"] = self.options
+        if system is not None:
+            request["system"] = system
+        if tools:
+            request["tools"] = anthropic_tools(tools)
+        return request
+
+    def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> ChatResponse:
+        """The model's reply to `messages`, offered `tools`.
+
+        Returns:
+            The reply: the assistant message (its text blocks joined, its tool_use blocks as
+            calls), usage, model, stop reason.
+
+        Raises:
+            ModelError: the provider failed the call (see `ModelError`).
+        """
+        request = self._request(messages, tools)
+        try:
+            reply = self.client.messages.create(**request)
+            return response_from_anthropic(_json(reply))
+        except Exception as exc:  # every failure of the client or the reply: one error
+            raise model_error(PROVIDER, self.model, exc) from exc
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> Iterator[StreamEvent]:
+        """The reply as it arrives: text deltas (`str`), then the `ChatResponse` last.
+
+        Raises:
+            ModelError: the provider failed the call, before or while streaming (an `error`
+                event of the stream included).
+        """
+        request = self._request(messages, tools)
+        state = AnthropicStream()
+        try:
+            events = self.client.messages.create(**request, stream=True)
+        except Exception as exc:
+            raise model_error(PROVIDER, self.model, exc) from exc
+        try:
+            for event in events:
+                text = state.feed(_json(event))
+                if text:
+                    yield text
+            response = state.response()
+        except Exception as exc:  # a lost connection or a malformed event mid-stream
+            raise model_error(PROVIDER, self.model, exc) from exc
+        finally:
+            events.close()
+        yield response
+
+    def complete(self, messages: Sequence[Message]) -> Message:
+        """The reply's assistant message: `ChatModelSummarizer` calls this.
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        return self.respond(messages).message

@@ -1,0 +1,312 @@
+"""turnlog messages <-> the Anthropic Messages wire format (plain JSON), both ways.
+
+Pure: no `anthropic` import, no I/O; shared by `AsyncAnthropicChatModel` and
+`AnthropicChatModel`.
+
+The mapping:
+
+- system messages -> the top-level `system` field (several are joined by a blank line);
+- a user message -> `{"role": "user", "content": [{"type": "text", "text"}]}`;
+- an assistant message -> `{"role": "assistant", "content": [text block (when the text is not
+  empty), tool_use blocks {"id", "name", "input"}]}`, `input` being the call's arguments parsed
+  (arguments that are not a JSON object are sent as `{"arguments": <the string>}`);
+- a tool message -> a user turn of `tool_result` blocks `{"tool_use_id", "content",
+  "is_error": true when the call failed}`;
+- consecutive turns of the same role are merged into one (the API wants user and assistant to
+  alternate): a tool message and the user message after it become one user turn, its
+  tool_result blocks first.
+
+Back from the wire, each user turn splits into its tool message (the tool_result blocks) and
+one user message per text block; an assistant turn splits where a text block follows other
+content; tool names are read back from the calls; arguments are written as compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from turnlog.events import Message, ToolCall, ToolResult
+from turnlog.models.base import ChatResponse, MalformedReply, Usage, count, field_of
+from turnlog.toolsearch.base import ToolReference
+
+__all__ = [
+    "AnthropicStream",
+    "anthropic_tools",
+    "from_anthropic_messages",
+    "response_from_anthropic",
+    "to_anthropic_messages",
+]
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"arguments": arguments}
+
+
+def _blocks(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        blocks = []
+        for r in m.tool_results:
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": r.call_id,
+                "content": r.content,
+            }
+            if r.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+        return blocks
+    blocks = [{"type": "text", "text": m.text}] if m.text else []
+    blocks.extend(
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
+        for c in m.tool_calls
+    )
+    return blocks
+
+
+def to_anthropic_messages(
+    messages: Iterable[Message],
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """`messages` as the Messages API's `system` and `messages` (see the module docstring).
+
+    Returns:
+        (the system prompt, or None when there is none; the list of user/assistant turns).
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            system.append(m.text or "")
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = _blocks(m)
+        if not blocks:
+            continue  # an empty assistant message: the API refuses empty content
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return ("\n\n".join(system) if system else None), turns
+
+
+def anthropic_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any]]:
+    """The `tools` parameter for `tools` (empty when None)."""
+    return [t.as_anthropic_tool() for t in tools or ()]
+
+
+def _result_text(content: object, what: str) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(
+            str(field_of(b, "text", str, what))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    raise MalformedReply(f"{what} has a content that is neither text nor blocks")
+
+
+def _assistant_turn(content: list[Any], what: str, names: dict[str, str] | None) -> list[Message]:
+    """An assistant turn's blocks as messages: a new message where text follows content."""
+    out: list[tuple[str | None, list[ToolCall]]] = []
+    for block in content:
+        kind = field_of(block, "type", str, what)
+        if kind == "text":
+            text = str(field_of(block, "text", str, what))
+            if not out or out[-1][0] is not None or out[-1][1]:
+                out.append((text, []))
+            else:
+                out[-1] = (text, out[-1][1])
+        elif kind == "tool_use":
+            raw = block.get("input")
+            call = ToolCall(
+                str(field_of(block, "id", str, what)),
+                str(field_of(block, "name", str, what)),
+                _dumps(raw if raw is not None else {}),
+            )
+            if names is not None:
+                names[call.id] = call.name
+            if not out:
+                out.append((None, []))
+            out[-1][1].append(call)
+        # other blocks (thinking, server tools, ...) carry nothing turnlog stores
+    return [Message.assistant(text, calls) for text, calls in out]
+
+
+def from_anthropic_messages(system: str | None, wire: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """The Messages API's `system` and `messages` back as turnlog messages (the inverse of
+    `to_anthropic_messages`).
+
+    Raises:
+        MalformedReply: a turn of an unknown role or shape.
+    """
+    out: list[Message] = [Message.system(system)] if system is not None else []
+    names: dict[str, str] = {}
+    for i, item in enumerate(wire):
+        what = f"message {i}"
+        role = field_of(dict(item), "role", str, what)
+        content = item.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list):
+            raise MalformedReply(f"{what} has no content blocks")
+        if role == "assistant":
+            out.extend(_assistant_turn(content, what, names))
+            continue
+        if role != "user":
+            raise MalformedReply(f"{what} has an unknown role {role!r}")
+        results = []
+        for block in content:
+            kind = field_of(block, "type", str, what)
+            if kind == "tool_result":
+                call_id = str(field_of(block, "tool_use_id", str, what))
+                results.append(
+                    ToolResult(
+                        call_id,
+                        names.get(call_id, ""),
+                        _result_text(block.get("content"), what),
+                        is_error=block.get("is_error") is True,
+                    )
+                )
+            elif kind == "text":
+                if results:
+                    out.append(Message.tool(results))
+                    results = []
+                out.append(Message.user(str(field_of(block, "text", str, what))))
+        if results:
+            out.append(Message.tool(results))
+    return out
+
+
+def _usage(raw: object) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    fresh = count(raw.get("input_tokens"))
+    read = count(raw.get("cache_read_input_tokens"))
+    written = count(raw.get("cache_creation_input_tokens"))
+    parts = [n for n in (fresh, read, written) if n is not None]
+    return Usage(sum(parts) if parts else None, count(raw.get("output_tokens")), read)
+
+
+def response_from_anthropic(body: object) -> ChatResponse:
+    """A Messages API reply (the JSON object) as a `ChatResponse`: its text blocks joined, its
+    tool_use blocks as calls.
+
+    Raises:
+        MalformedReply: no content list, or a block without its fields.
+    """
+    content = field_of(body, "content", list, "the reply")
+    assert isinstance(body, dict) and isinstance(content, list)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for message in _assistant_turn(content, "the reply", None):
+        texts.append(message.text or "")
+        calls.extend(message.tool_calls)
+    text = "".join(texts)
+    model = body.get("model")
+    reason = body.get("stop_reason")
+    return ChatResponse(
+        message=Message.assistant(text if text or not calls else None, calls),
+        usage=_usage(body.get("usage")),
+        model=model if isinstance(model, str) else "",
+        stop_reason=reason if isinstance(reason, str) else None,
+    )
+
+
+class AnthropicStream:
+    """Reads a streamed Messages reply event by event (the JSON data of each SSE event)."""
+
+    def __init__(self) -> None:
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._partial: dict[int, list[str]] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop: str | None = None
+
+    def feed(self, event: object) -> str | None:
+        """Take one event.
+
+        Returns:
+            The text it adds, or None when it adds none.
+
+        Raises:
+            MalformedReply: the event is no JSON object, or not in the order the format has.
+        """
+        kind = field_of(event, "type", str, "a streamed event")
+        assert isinstance(event, dict)
+        if kind == "message_start":
+            message = field_of(event, "message", dict, "message_start")
+            assert isinstance(message, dict)
+            self._message = message
+            self._add_usage(message.get("usage"))
+        elif kind == "content_block_start":
+            index = field_of(event, "index", int, kind)
+            block = field_of(event, "content_block", dict, kind)
+            assert isinstance(index, int) and isinstance(block, dict)
+            self._blocks[index] = dict(block)
+            self._partial[index] = []
+            if block.get("type") == "text" and block.get("text"):
+                return str(block["text"])
+        elif kind == "content_block_delta":
+            return self._delta(event)
+        elif kind == "message_delta":
+            delta = event.get("delta") or {}
+            if isinstance(delta.get("stop_reason"), str):
+                self._stop = delta["stop_reason"]
+            self._add_usage(event.get("usage"))
+        elif kind == "error":
+            error = event.get("error") or {}
+            raise MalformedReply(f"the stream carried an error: {error.get('message', error)}")
+        return None
+
+    def _add_usage(self, raw: object) -> None:
+        """message_start counts the prompt; message_delta's counts are cumulative and may
+        repeat some of them: the latest value of each count wins."""
+        if isinstance(raw, dict):
+            self._usage.update((k, v) for k, v in raw.items() if v is not None)
+
+    def _delta(self, event: dict[str, Any]) -> str | None:
+        index = field_of(event, "index", int, "content_block_delta")
+        delta = field_of(event, "delta", dict, "content_block_delta")
+        assert isinstance(index, int) and isinstance(delta, dict)
+        block = self._blocks.get(index)
+        if block is None:
+            raise MalformedReply(f"a delta for block {index}, which never started")
+        if delta.get("type") == "text_delta":
+            text = str(field_of(delta, "text", str, "a text delta"))
+            block["text"] = block.get("text", "") + text
+            return text or None
+        if delta.get("type") == "input_json_delta":
+            self._partial[index].append(str(delta.get("partial_json", "")))
+        return None
+
+    def response(self) -> ChatResponse:
+        """The whole reply, once the stream has ended.
+
+        Raises:
+            MalformedReply: the stream never started a message, or a tool input is not JSON.
+        """
+        if self._message is None:
+            raise MalformedReply("the stream ended before message_start")
+        content = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.get("type") == "tool_use" and self._partial[index]:
+                try:
+                    block["input"] = json.loads("".join(self._partial[index]))
+                except ValueError as exc:
+                    raise MalformedReply(f"a streamed tool input is not JSON: {exc}") from exc
+            content.append(block)
+        whole = response_from_anthropic(dict(self._message, content=content))
+        return ChatResponse(whole.message, _usage(self._usage), whole.model, self._stop)

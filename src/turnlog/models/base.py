@@ -1,0 +1,163 @@
+"""What every chat-model adapter returns, and the protocols a turn runner calls.
+
+Pure: plain records and protocols, no provider package, no I/O.
+
+Streaming shape: `stream(messages, tools)` is an iterator (an async iterator for the async
+adapters) of events. Each event before the last is a `str`, a piece of the reply's text as the
+provider sent it; the last event is always the `ChatResponse`, the same one `respond` would have
+returned (its text is the deltas joined). Tool calls arrive whole, in that final response::
+
+    for event in model.stream(messages):
+        if isinstance(event, ChatResponse):
+            response = event
+        else:
+            print(event, end="", flush=True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from turnlog.events import Message
+from turnlog.toolsearch.base import ToolReference
+
+__all__ = [
+    "AsyncChatModelAdapter",
+    "ChatModelAdapter",
+    "ChatResponse",
+    "StreamEvent",
+    "Usage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The tokens the provider reports for one call; None where it reports nothing."""
+
+    input_tokens: int | None = None
+    """Every prompt token the provider counted, cached ones included (Anthropic reports the
+    uncached, cache-read and cache-written tokens apart; this is their sum)."""
+    output_tokens: int | None = None
+    """The tokens of the reply."""
+    cached_input_tokens: int | None = None
+    """How many of `input_tokens` were read from the provider's prompt cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """One reply of a chat model."""
+
+    message: Message
+    """The assistant message: text, tool calls, or both."""
+    usage: Usage
+    """The tokens the provider reported."""
+    model: str
+    """The model that answered, as the provider names it (may differ from the one asked)."""
+    stop_reason: str | None
+    """Why the model stopped, in the provider's words: OpenAI's finish_reason ("stop",
+    "tool_calls", "length", ...) or Anthropic's stop_reason ("end_turn", "tool_use",
+    "max_tokens", ...); None when the provider gave none."""
+
+
+StreamEvent: TypeAlias = str | ChatResponse
+"""What `stream` yields: text deltas (`str`), then the `ChatResponse` last."""
+
+
+@runtime_checkable
+class ChatModelAdapter(Protocol):
+    """A blocking chat model: what a turn runner and `ChatModelSummarizer` call.
+
+    `OpenAIChatModel` and `AnthropicChatModel` implement it.
+    """
+
+    def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> ChatResponse:
+        """The model's reply to `messages`, offered `tools`.
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        ...
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> Iterator[StreamEvent]:
+        """The reply as it arrives: text deltas, then the `ChatResponse`.
+
+        Raises:
+            ModelError: the provider failed the call (also while streaming).
+        """
+        ...
+
+    def complete(self, messages: Sequence[Message]) -> Message:
+        """The reply's message (the `turnlog.compaction.ChatModel` protocol).
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        ...
+
+
+@runtime_checkable
+class AsyncChatModelAdapter(Protocol):
+    """The asyncio twin of `ChatModelAdapter` (`AsyncOpenAIChatModel`, `AsyncAnthropicChatModel`).
+
+    `complete` is a coroutine, which `ChatModelSummarizer` awaits under `AsyncSessionService`.
+    """
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> ChatResponse:
+        """The model's reply to `messages`, offered `tools`.
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        ...
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The reply as it arrives: text deltas, then the `ChatResponse`.
+
+        Raises:
+            ModelError: the provider failed the call (also while streaming).
+        """
+        ...
+
+    async def complete(self, messages: Sequence[Message]) -> Message:
+        """The reply's message (the `turnlog.compaction.ChatModel` protocol).
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        ...
+
+
+class MalformedReply(ValueError):
+    """A provider's reply that does not have the shape of its wire format (internal: the
+    adapters turn it into `ModelError`)."""
+
+
+def field_of(body: object, key: str, kind: type | tuple[type, ...], what: str) -> object:
+    """`body[key]` when `body` is a mapping and the value is of `kind`.
+
+    Raises:
+        MalformedReply: `body` is no mapping, or the value is missing or of another kind.
+    """
+    if not isinstance(body, dict):
+        raise MalformedReply(f"{what} is not a JSON object")
+    value = body.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise MalformedReply(f"{what} has no valid {key!r}")
+    return value
+
+
+def count(value: object) -> int | None:
+    """A token count from a reply: a non-negative int, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None

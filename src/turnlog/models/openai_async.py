@@ -1,0 +1,181 @@
+"""`AsyncOpenAIChatModel`: a chat model over the official `openai` package (Chat Completions).
+
+Needs the `openai` extra: `pip install 'turnlog[openai]'`. Works with OpenAI and with any
+server that speaks Chat Completions (Ollama, vLLM, llama.cpp server, LM Studio): point
+`base_url` at it. The blocking twin, `OpenAIChatModel` in turnlog/models/openai.py, is
+generated from this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Self
+
+import openai
+
+from turnlog.errors import InvalidInput
+from turnlog.events import Message
+from turnlog.models._errors import model_error
+from turnlog.models.base import ChatResponse, MalformedReply, StreamEvent
+from turnlog.models.openai_format import (
+    OpenAIStream,
+    openai_tools,
+    response_from_openai,
+    to_openai_messages,
+)
+from turnlog.toolsearch.base import ToolReference
+
+__all__ = ["AsyncOpenAIChatModel"]
+
+PROVIDER = "openai"
+
+
+def _json(reply: object) -> object:
+    """A reply object of the SDK as plain JSON."""
+    dump = getattr(reply, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", warnings=False)
+    if isinstance(reply, dict):
+        return reply
+    raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")
+
+
+class AsyncOpenAIChatModel:
+    """A chat model spoken to in the OpenAI Chat Completions wire format.
+
+    Pass your own configured `openai.AsyncOpenAI` client (Azure, proxies, retries and keys are
+    then yours), or let the model build one from `base_url` and `api_key` (the API key falls
+    back to OPENAI_API_KEY, as in the client). The constructor does no I/O.
+
+    Args:
+        model: the model name sent with each request (for example "gpt-4o-mini", "llama3.2").
+        client: your client; then `base_url`, `api_key`, `timeout` and `max_retries` must not
+            be given.
+        base_url: the API's root, for example "http://localhost:11434/v1" for Ollama.
+        api_key: the key; None reads OPENAI_API_KEY.
+        timeout: seconds per request (None: the client's default).
+        max_retries: how often the client retries 408/429/5xx and lost connections
+            (None: the client's default, 2).
+        options: further fields of the request body, sent with every call as the API names
+            them (through the client's `extra_body`, so any field the server knows works)
+            (`{"temperature": 0.2, "max_completion_tokens": 512}`).
+
+    Raises:
+        InvalidInput: a blank model, `client` together with a setting for building one, or no
+            API key at all (neither `api_key` nor OPENAI_API_KEY).
+    """
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: openai.AsyncOpenAI | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidInput(f"model must be a model name, got {model!r}")
+        settings: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
+        settings["max_retries"] = max_retries
+        given = {k: v for k, v in settings.items() if v is not None}
+        if client is not None and given:
+            raise InvalidInput(
+                f"pass either client or {', '.join(given)}, not both: configure your own "
+                "client fully, or let turnlog build one"
+            )
+        owned = client is None
+        if client is None:
+            try:
+                client = openai.AsyncOpenAI(**given)
+            except openai.OpenAIError as exc:
+                raise InvalidInput(
+                    f"cannot build an OpenAI client: {exc} (pass api_key=, set "
+                    "OPENAI_API_KEY, or pass client=)"
+                ) from exc
+        self._owns_client = owned
+        self.model = model
+        self.client = client
+        self.options: dict[str, Any] = dict(options or {})
+
+    async def close(self) -> None:
+        """Close the client when this model built it (a client you passed stays open)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _request(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages)}
+        if self.options:
+            request["extra_body"] = self.options
+        if tools:
+            request["tools"] = openai_tools(tools)
+        return request
+
+    async def respond(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> ChatResponse:
+        """The model's reply to `messages`, offered `tools`.
+
+        Returns:
+            The reply: the assistant message (text and/or tool calls), usage, model, stop
+            reason.
+
+        Raises:
+            ModelError: the provider failed the call (see `ModelError`).
+        """
+        request = self._request(messages, tools)
+        try:
+            reply = await self.client.chat.completions.create(**request)
+            return response_from_openai(_json(reply))
+        except Exception as exc:  # every failure of the client or the reply: one error
+            raise model_error(PROVIDER, self.model, exc) from exc
+
+    async def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The reply as it arrives: text deltas (`str`), then the `ChatResponse` last.
+
+        Asks for the usage in the last chunk (`stream_options.include_usage`).
+
+        Raises:
+            ModelError: the provider failed the call, before or while streaming.
+        """
+        request = self._request(messages, tools)
+        state = OpenAIStream()
+        try:
+            chunks = await self.client.chat.completions.create(
+                **request, stream=True, stream_options={"include_usage": True}
+            )
+        except Exception as exc:
+            raise model_error(PROVIDER, self.model, exc) from exc
+        try:
+            async for chunk in chunks:
+                text = state.feed(_json(chunk))
+                if text:
+                    yield text
+            response = state.response()
+        except Exception as exc:  # a lost connection or a malformed chunk mid-stream
+            raise model_error(PROVIDER, self.model, exc) from exc
+        finally:
+            await chunks.close()
+        yield response
+
+    async def complete(self, messages: Sequence[Message]) -> Message:
+        """The reply's assistant message: `ChatModelSummarizer` calls this.
+
+        Raises:
+            ModelError: the provider failed the call.
+        """
+        return (await self.respond(messages)).message

@@ -1,0 +1,60 @@
+"""docs/models.md: its examples run (the streaming loop against the real local server)."""
+
+import re
+from pathlib import Path
+
+from model_servers import ScriptedServer, openai_chunks
+from turnlog import Message, SessionService
+from turnlog.models import AsyncChatModelAdapter, ChatModelAdapter, OpenAIChatModel
+
+DOC = (Path(__file__).parent.parent / "docs" / "models.md").read_text("utf-8")
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC, re.S)
+
+
+def block_with(text):
+    [found] = [b for b in BLOCKS if text in b]
+    return found
+
+
+def test_the_streaming_example_appends_the_streamed_reply(capsys):
+    server = ScriptedServer()
+    server.reply_sse(openai_chunks(["Hel", "lo!"]))
+    try:
+        with (
+            OpenAIChatModel("m", base_url=server.url + "/v1", api_key="k") as model,
+            SessionService() as service,
+        ):
+            session_id = service.create().id
+            service.append_message(session_id, Message.user("hi"))
+            namespace = {
+                "model": model,
+                "messages": service.view_messages(session_id),
+                "service": service,
+                "session_id": session_id,
+            }
+            exec(block_with("for event in model.stream(messages)"), namespace)
+            assert service.view_messages(session_id)[-1] == Message.assistant("Hello!")
+    finally:
+        server.close()
+    assert capsys.readouterr().out == "Hello!"
+
+
+def test_the_local_server_examples_build_models_without_io():
+    namespace = {"OpenAIChatModel": OpenAIChatModel}
+    exec(block_with("localhost:11434"), namespace)
+    assert len([b for b in BLOCKS if "localhost:11434" in b]) == 1
+
+
+def test_the_options_example_and_the_protocols(monkeypatch):
+    from turnlog.models import AnthropicChatModel, AsyncAnthropicChatModel, AsyncOpenAIChatModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "k")  # the keys come from the environment
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    namespace = {"OpenAIChatModel": OpenAIChatModel, "AnthropicChatModel": AnthropicChatModel}
+    exec(block_with("options={"), namespace)
+    exec(block_with("ChatModelSummarizer(OpenAIChatModel"), namespace)
+    model = OpenAIChatModel("m", api_key="k", options={"temperature": 0.2})
+    assert isinstance(model, ChatModelAdapter)
+    assert isinstance(AnthropicChatModel("m", api_key="k"), ChatModelAdapter)
+    assert isinstance(AsyncOpenAIChatModel("m", api_key="k"), AsyncChatModelAdapter)
+    assert isinstance(AsyncAnthropicChatModel("m", api_key="k"), AsyncChatModelAdapter)
