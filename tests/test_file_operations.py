@@ -102,6 +102,15 @@ def test_a_call_counts_only_when_its_result_is_among_the_events():
     assert FileOperations()(only_result) == FilesTouched()
 
 
+def test_a_failed_result_counts_nothing():
+    failed = [
+        Message.assistant(None, [ToolCall("2", "write_file", '{"path": "locked.py"}')]),
+        Message.tool(ToolResult("2", "write_file", "permission denied", is_error=True)),
+    ]
+    found = run(call_and_result("1", "read_file", {"path": "a.py"}), failed)
+    assert found == FilesTouched(read=("a.py",))
+
+
 def test_a_reused_call_id_is_answered_by_its_own_result_only():
     first = Message.assistant(None, [ToolCall("c", "write_file", '{"path": "first.py"}')])
     answer = Message.tool(ToolResult("c", "write_file", "ok"))

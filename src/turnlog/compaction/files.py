@@ -254,10 +254,12 @@ def patch_paths(text: str) -> list[str]:
 
 
 def answered_calls(events: Iterable[SessionEvent]) -> list[ToolCall]:
-    """The tool calls of `events` that a tool result among them answers, in call order.
+    """The tool calls of `events` that a successful tool result among them answers, in call
+    order.
 
     A result answers the latest earlier call with its `call_id` that no result answered yet;
-    a result with no such call answers nothing.
+    a result with no such call answers nothing. A failed result (`is_error`) answers its call
+    without counting it: the tool did not do what it was asked.
     """
     calls: list[ToolCall] = []
     answered: list[bool] = []
@@ -273,7 +275,7 @@ def answered_calls(events: Iterable[SessionEvent]) -> list[ToolCall]:
         for result in m.tool_results:
             waiting = open_calls.get(result.call_id)
             if waiting:
-                answered[waiting.pop()] = True
+                answered[waiting.pop()] = not result.is_error
     return [c for c, ok in zip(calls, answered, strict=True) if ok]
 
 
