@@ -20,22 +20,12 @@ from turnlog.models.anthropic_format import (
     response_from_anthropic,
     to_anthropic_messages,
 )
-from turnlog.models.base import ChatResponse, MalformedReply, StreamEvent
+from turnlog.models.base import ChatResponse, StreamEvent, reply_json
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = ["AsyncAnthropicChatModel"]
 
 PROVIDER = "anthropic"
-
-
-def _json(reply: object) -> object:
-    """A reply object of the SDK as plain JSON."""
-    dump = getattr(reply, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json", warnings=False)
-    if isinstance(reply, dict):
-        return reply
-    raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")
 
 
 class AsyncAnthropicChatModel:
@@ -150,7 +140,7 @@ class AsyncAnthropicChatModel:
         request = self._request(messages, tools)
         try:
             reply = await self.client.messages.create(**request)
-            return response_from_anthropic(_json(reply))
+            return response_from_anthropic(reply_json(reply))
         except Exception as exc:  # every failure of the client or the reply: one error
             raise model_error(PROVIDER, self.model, exc) from exc
 
@@ -171,7 +161,7 @@ class AsyncAnthropicChatModel:
             raise model_error(PROVIDER, self.model, exc) from exc
         try:
             async for event in events:
-                text = state.feed(_json(event))
+                text = state.feed(reply_json(event))
                 if text:
                     yield text
             response = state.response()

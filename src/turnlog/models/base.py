@@ -142,6 +142,20 @@ class MalformedReply(ValueError):
     adapters turn it into `ModelError`)."""
 
 
+def reply_json(reply: object) -> object:
+    """A reply object of a provider's SDK (a pydantic model, or a dict) as plain JSON.
+
+    Raises:
+        MalformedReply: the client returned something else.
+    """
+    dump = getattr(reply, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", warnings=False)
+    if isinstance(reply, dict):
+        return reply
+    raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")
+
+
 def field_of(body: object, key: str, kind: type | tuple[type, ...], what: str) -> object:
     """`body[key]` when `body` is a mapping and the value is of `kind`.
 

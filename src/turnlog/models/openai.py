@@ -18,7 +18,7 @@ import openai
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
 from turnlog.models._errors import model_error
-from turnlog.models.base import ChatResponse, MalformedReply, StreamEvent
+from turnlog.models.base import ChatResponse, StreamEvent, reply_json
 from turnlog.models.openai_format import (
     OpenAIStream,
     openai_tools,
@@ -30,16 +30,6 @@ from turnlog.toolsearch.base import ToolReference
 __all__ = ["OpenAIChatModel"]
 
 PROVIDER = "openai"
-
-
-def _json(reply: object) -> object:
-    """A reply object of the SDK as plain JSON."""
-    dump = getattr(reply, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json", warnings=False)
-    if isinstance(reply, dict):
-        return reply
-    raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")
 
 
 class OpenAIChatModel:
@@ -140,7 +130,7 @@ class OpenAIChatModel:
         request = self._request(messages, tools)
         try:
             reply = self.client.chat.completions.create(**request)
-            return response_from_openai(_json(reply))
+            return response_from_openai(reply_json(reply))
         except Exception as exc:  # every failure of the client or the reply: one error
             raise model_error(PROVIDER, self.model, exc) from exc
 
@@ -164,7 +154,7 @@ class OpenAIChatModel:
             raise model_error(PROVIDER, self.model, exc) from exc
         try:
             for chunk in chunks:
-                text = state.feed(_json(chunk))
+                text = state.feed(reply_json(chunk))
                 if text:
                     yield text
             response = state.response()
