@@ -4,7 +4,7 @@ and its generated twin `protocol.py`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import overload
@@ -25,6 +25,7 @@ __all__ = [
     "check_event",
     "check_limit",
     "check_metadata_query",
+    "check_retry",
     "check_rules_at",
     "check_session",
     "check_version",
@@ -381,12 +382,25 @@ def _check_new(
     when part of it was a retry."""
     try:
         return check_append(tail, batch)
-    except InvalidInput:
-        fresh = _fresh(batch, stored)
-        if len(fresh) == len(batch):
-            raise
-        check_append(tail, fresh)
+    except InvalidInput as refusal:
+        check_retry(tail, batch, stored([e.id for e in batch]), refusal)
     return None
+
+
+def check_retry(
+    tail: Tail, batch: list[SessionEvent], known: Collection[str], refusal: InvalidInput
+) -> None:
+    """After `check_append(tail, batch)` refused the batch with `refusal`: check only its
+    events whose ids are not in `known` (those the session holds already: a retry skips them).
+
+    Raises:
+        InvalidInput: `refusal`, when none of the batch is stored; or the refusal of its new
+            events.
+    """
+    fresh = [e for e in batch if e.id not in known]
+    if len(fresh) == len(batch):
+        raise refusal
+    check_append(tail, fresh)
 
 
 class TailMemory:
@@ -431,10 +445,3 @@ class TailMemory:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def _fresh(
-    batch: list[SessionEvent], stored: Callable[[list[str]], set[str]]
-) -> list[SessionEvent]:
-    known = stored([e.id for e in batch])
-    return [e for e in batch if e.id not in known]

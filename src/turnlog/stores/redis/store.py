@@ -49,6 +49,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_retry,
     check_session,
     metadata_matches,
     utc_now,
@@ -491,12 +492,10 @@ class RedisStore(RedisCore):
         """
         try:
             return check_append(tail, batch)
-        except InvalidInput:
+        except InvalidInput as refusal:
             found = self._client.hmget(key, ["#" + e.id for e in batch])
-            fresh = [e for e, ref in zip(batch, found, strict=True) if ref is None]
-            if len(fresh) == len(batch):
-                raise
-            check_append(tail, fresh)
+            known = {e.id for e, ref in zip(batch, found, strict=True) if ref is not None}
+            check_retry(tail, batch, known, refusal)
         return None
 
     def _live(self, owner: bytes) -> bool:

@@ -47,6 +47,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_retry,
     check_session,
     metadata_matches,
     utc_now,
@@ -493,12 +494,10 @@ class AsyncRedisStore(AsyncRedisCore):
         """
         try:
             return check_append(tail, batch)
-        except InvalidInput:
+        except InvalidInput as refusal:
             found = await self._client.hmget(key, ["#" + e.id for e in batch])
-            fresh = [e for e, ref in zip(batch, found, strict=True) if ref is None]
-            if len(fresh) == len(batch):
-                raise
-            check_append(tail, fresh)
+            known = {e.id for e, ref in zip(batch, found, strict=True) if ref is not None}
+            check_retry(tail, batch, known, refusal)
         return None
 
     async def _live(self, owner: bytes) -> bool:
