@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from turnlog.compaction.base import CompactionRequest, CompactionTrigger
+from turnlog.compaction.reported import latest_report
 from turnlog.errors import InvalidInput
 from turnlog.events import SessionEvent
 from turnlog.tokens import TokenCounter, event_tokens
@@ -49,22 +50,42 @@ class TurnCountTrigger:
 
 
 class TokenCountTrigger:
-    """Fires when the estimated tokens of what is sent reach `threshold`.
+    """Fires when the tokens of what is sent reach `threshold`.
 
-    What is sent: the latest system message, the summaries and the conversation, in the same
-    units as a token budget. Each event is tokenized once; later calls hit the cache.
+    What is sent: the latest system message, the summaries and the conversation. Each event is
+    tokenized once; later calls hit the cache.
+
+    With `reported=True` (the default), when the view holds an assistant message that the turn
+    runner stored with the provider's token count (`turnlog.compaction.reported`) and the view
+    still starts with the very prompt that count was made for, the tokens are that count plus
+    the estimate of the events from that message on: what the model really counted (tool
+    definitions and the provider's formatting included), not an estimate. Otherwise, and with
+    `reported=False`, every event is estimated, in the same units as a token budget.
 
     Raises:
         InvalidInput: `threshold` is not a positive integer.
     """
 
-    def __init__(self, threshold: int, token_counter: TokenCounter | None = None) -> None:
+    def __init__(
+        self,
+        threshold: int,
+        token_counter: TokenCounter | None = None,
+        *,
+        reported: bool = True,
+    ) -> None:
         self.threshold = _positive(threshold, "a token-count trigger's threshold")
+        if not isinstance(reported, bool):
+            raise InvalidInput(f"reported must be True or False, got {reported!r}")
+        self.reported = reported
         self._tokens = event_tokens(token_counter)
 
     def tokens(self, request: CompactionRequest) -> int:
-        """The estimated tokens of what `request`'s view sends."""
-        return self._tokens.total(sent_events(request.view))
+        """The tokens of what `request`'s view sends: reported and estimated, or estimated."""
+        sent = sent_events(request.view)
+        report = latest_report(sent) if self.reported else None
+        if report is None:
+            return self._tokens.total(sent)
+        return report.input_tokens + self._tokens.total(sent[report.index :])
 
     def __call__(self, request: CompactionRequest) -> bool:
         return self.tokens(request) >= self.threshold
