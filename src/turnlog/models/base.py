@@ -18,18 +18,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Final, Protocol, TypeAlias, runtime_checkable
 
 from turnlog.events import Message
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
+    "CACHE_BREAKPOINT_KEY",
     "AsyncChatModelAdapter",
     "ChatModelAdapter",
     "ChatResponse",
     "StreamEvent",
     "Usage",
 ]
+
+
+CACHE_BREAKPOINT_KEY: Final = "turnlog.cache_breakpoint"
+"""Message metadata key: True on the message that ends the prompt's stable prefix (the system
+prompt, the pinned events and the summary). The turn runner sets it on the copy it sends; an
+adapter that supports prompt caching marks a cache breakpoint there."""
 
 
 @dataclass(frozen=True, slots=True)
