@@ -58,6 +58,10 @@ def broken(path: str) -> str:
     raise FileNotFoundError(f"no such file: {path}")
 
 
+def roles(h, session_id):
+    return [m.role for m in log_messages(h, session_id)]
+
+
 def log_messages(h, session_id):
     return [e.message for e in h.service.events(session_id) if e.message is not None]
 
