@@ -80,8 +80,9 @@ def _describe(doc: str | None) -> tuple[str, dict[str, str]]:
                 current = None
             else:
                 params[current] = f"{params[current]} {line.strip()}".strip()
-    text = "\n".join(summary).strip()
-    return re.sub(r"[ \t]*\n[ \t]*(?!\n)", " ", text), params
+    paragraphs = re.split(r"\n\s*\n", "\n".join(summary).strip())
+    text = "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+    return text, params
 
 
 def _arguments_type(function: Callable[..., Any], name: str) -> type[msgspec.Struct]:
