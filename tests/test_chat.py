@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from chat_harness import KINDS, Harness
-from prompt_rules import violations
+from prompt_rules import breaks as violations
 from turnlog import (
     CompactionWindow,
     EventType,

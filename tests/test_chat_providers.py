@@ -16,7 +16,7 @@ from model_servers import (
     openai_completion,
     openai_error,
 )
-from prompt_rules import violations
+from prompt_rules import breaks as violations
 from turnlog.compaction.reported import USAGE_KEY
 from turnlog.errors import ModelError
 from turnlog.models import (
