@@ -281,7 +281,8 @@ def test_a_malformed_newest_report_leaves_the_older_one_in_use(service):
 def test_a_report_on_a_user_event_is_not_a_report(service):
     sid = service.create().id
     service.append_message(sid, Message.system("S"))
-    service.append_message(sid, Message.user("hello"), metadata=usage([], 1_000))
+    # counted over exactly what precedes it, so only its role makes it no report
+    service.append_message(sid, Message.user("hello"), metadata=usage(sent(service, sid), 1_000))
     assert latest_report(sent(service, sid)) is None
     assert tokens(service, sid) == SYS + U1
 
