@@ -131,7 +131,11 @@ def anthropic_prompt_tokens(body: dict[str, Any], counter: TokenCounter) -> int:
             elif block["type"] == "tool_result":
                 total += counter.count(_text_of(block.get("content")))
     tools = [
-        {"name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "parameters": t["input_schema"],
+        }
         for t in body.get("tools") or []
     ]
     return total + function_tokens(tools, counter)
