@@ -321,25 +321,29 @@ def main() -> None:
                     f"{statistics.mean(plain):+.1f}",
                     f"{statistics.mean(abs(e) for e in plain):.1f}",
                     f"{max(abs(e) for e in plain):.1f}",
+                    f"{max(range(len(plain)), key=lambda i: abs(plain[i])) + 1}",
+                    f"{statistics.mean(abs(e) for e in plain[len(plain) // 2 :]):.1f}",
                     f"{len(nxt)}",
                     f"{statistics.mean(abs(e) for e in nxt):.2f}",
                     f"{max(abs(e) for e in nxt):.2f}",
                 ]
             )
     print()
-    print("% error against the reported input tokens, per request")
+    print("% error against the reported input tokens, per request (mean over requests)")
     print(
         table(
             [
                 "adapter",
                 "requests",
-                "mean reported",
-                "estimate: mean",
-                "mean |err|",
-                "max |err|",
+                "mean tokens",
+                "est signed",
+                "est |err|",
+                "est max",
+                "at req",
+                "est |err| 2nd half",
                 "with report",
-                "reported+est: mean |err|",
-                "max |err|",
+                "rep+est |err|",
+                "rep+est max",
             ],
             rows,
         )
