@@ -1,11 +1,26 @@
 """The counting test server: its recipe, by hand arithmetic with one token per character, and
 its reported counts reaching both adapters over real sockets."""
 
+from pathlib import Path
+
 import pytest
 
 from counting_server import CountingServer, anthropic_prompt_tokens, openai_prompt_tokens
 from model_servers import anthropic_message, openai_completion
-from turnlog import CharCounter, Message, ToolCall, ToolResult
+from turnlog import (
+    CharCounter,
+    CompactionRequest,
+    CompactionWindow,
+    MemoryStore,
+    Message,
+    SessionService,
+    TokenCountTrigger,
+    ToolCall,
+    ToolResult,
+    WindowCompactionStrategy,
+)
+from turnlog.compaction import sent_events
+from turnlog.compaction.reported import Reported, latest_report
 from turnlog.models import AnthropicChatModel, OpenAIChatModel
 from turnlog.toolsearch import ToolReference
 
@@ -109,3 +124,36 @@ def test_the_default_counter_is_o200k():
         assert type(s.counter).__name__ == "O200kCounter"
     finally:
         s.close()
+
+
+# -- the docs' loop stores what the trigger uses -------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs" / "compaction.md"
+
+
+def test_the_docs_loop_stores_a_report_the_trigger_uses(server):
+    block = DOCS.read_text().split("metadata with `usage_metadata`:")[1]
+    code = block.split("```python\n")[1].split("```")[0]
+    service = SessionService(MemoryStore())
+    sid = service.create().id
+    service.append_message(sid, Message.system("Be brief."))
+    service.append_message(sid, Message.user("hi"))
+    server.reply_json(openai_completion("Hello!"))
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    with OpenAIChatModel("m", base_url=server.url + "/v1", api_key="k", max_retries=0) as model:
+        exec(
+            code,
+            {
+                "service": service,
+                "sid": sid,
+                "model": model,
+                "tools": [WEATHER],
+                "strategy": strategy,
+            },
+        )
+
+    view = service.view(sid)
+    assert latest_report(sent_events(view)) == Reported(2, PRIMING + 18 + 9 + TOOL)
+    trigger = TokenCountTrigger(1, CHARS)
+    request = CompactionRequest.of(service.get(sid), view)
+    assert trigger.tokens(request) == PRIMING + 18 + 9 + TOOL + len("Assistant: Hello!")
