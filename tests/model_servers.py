@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +42,9 @@ class ScriptedServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.aborted = 0
+        self.rewrite: Callable[[Request, Reply], Reply] | None = None
+        """Called with each request and the scripted reply; returns the reply to send (a
+        server that computes part of its reply from the request, e.g. `CountingServer`)."""
         self._stop = threading.Event()
         server = self
 
@@ -70,6 +74,8 @@ class ScriptedServer:
                     )
                 )
                 reply = server.replies.popleft() if server.replies else Reply(500, b"{}")
+                if server.rewrite is not None:
+                    reply = server.rewrite(server.requests[-1], reply)
                 if reply.sse is None and reply.delay and server._stop.wait(reply.delay):
                     return
                 self.send_response(reply.status)

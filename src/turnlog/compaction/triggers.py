@@ -91,7 +91,8 @@ class TokenCountTrigger:
         return self.tokens(request) >= self.threshold
 
     def __repr__(self) -> str:
-        return f"TokenCountTrigger({self.threshold})"
+        flag = "" if self.reported else ", reported=False"
+        return f"TokenCountTrigger({self.threshold}{flag})"
 
 
 class CompositeCompactionTrigger:
