@@ -22,7 +22,7 @@ from turnlog.compaction._checks import check_function
 from turnlog.compaction.reported import usage_metadata
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
-from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, check_id
+from turnlog.events import Message, Session, SessionEvent, ToolCall, ToolResult, check_id
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatModelAdapter,
@@ -181,11 +181,16 @@ class SessionChat:
         if request_id is not None:
             check_id(request_id, "request id")
         ids = TurnIds(session_id, request_id)
-        self.service.get_or_create(session_id, ttl=self.ttl)
+        session = self.service.get_or_create(session_id, ttl=self.ttl)
+        # the version first, then the view: `view` is the view at `known` while every append
+        # lands right after the last (see _Tracked); compaction after the turn then starts
+        # from it instead of reading it again
+        tracked = _Tracked(self.service.version(session_id))
         view = self.service.view(session_id)
         stored = ids.mine(view) if request_id is not None else []
         if not any(e.id == ids.user for e in stored):
             opened = self._open_turn(session_id, text, ids, view, request_id)
+            tracked.add(opened)
             view.extend(opened)
             stored = [*stored, *opened]
         replayed = _finished(stored[-1])
@@ -207,6 +212,7 @@ class SessionChat:
                     yield run
                 answer = Message.tool([r.result for r in results])
                 event = self.service.append_message(session_id, answer, event_id=ids.tools(step))
+                tracked.add([event])
                 stored.append(event)
                 view.append(event)
                 if over:
@@ -230,10 +236,12 @@ class SessionChat:
                 response = self.model.respond(messages, offered)
             responses.append(response)
             event = self._store_reply(session_id, response, sent, ids.assistant(call))
+            tracked.add([event])
             stored.append(event)
             view.append(event)
             call += 1
-        compaction, error = self._compact(session_id)
+        seen = None if tracked.known is None else (tracked.known, view)
+        compaction, error = self._compact(session, seen)
         yield ChatTurn(
             session_id=session_id,
             reply=_reply(stored),
@@ -327,14 +335,26 @@ class SessionChat:
             return ToolResult(call.id, call.name, answer)
         return run_tool(self.tools, call)
 
-    def _compact(self, session_id: str) -> tuple[CompactionResult | None, Exception | None]:
-        """Compact after the turn; a failure is logged at WARNING and returned, never raised."""
+    def _compact(
+        self, session: Session, seen: tuple[int, Sequence[SessionEvent]] | None
+    ) -> tuple[CompactionResult | None, Exception | None]:
+        """Compact after the turn; a failure is logged at WARNING and returned, never raised.
+
+        With `seen` (the version and the view at it, as this turn knows them), the first pass
+        starts from that view; the boundary's version check makes that safe.
+        """
         if self.trigger is None or self.strategy is None:
             return None, None
+        session_id = session.id
         try:
-            result = self.service.compact(
-                session_id, self.trigger, self.strategy, retries=self.retries
-            )
+            if seen is None:
+                result = self.service.compact(
+                    session_id, self.trigger, self.strategy, retries=self.retries
+                )
+            else:
+                result = self.service._compact_seen(
+                    session, seen, self.trigger, self.strategy, self.retries
+                )
         except Exception as exc:
             logger.warning(
                 "compaction of session %r after the turn failed; the turn's reply stands and "
@@ -352,6 +372,27 @@ class SessionChat:
             f"{type(self).__name__}(model={self.model!r}, tools={list(self.tools)}, "
             f"max_tool_rounds={self.max_tool_rounds})"
         )
+
+
+class _Tracked:
+    """The log's version while this turn's appends land one after the other.
+
+    `known` starts at the version read before the view; each event appended must get the next
+    seq. One that does not (another writer appended between, or the id was stored before)
+    makes the version unknown, and compaction reads the view afresh.
+    """
+
+    __slots__ = ("known",)
+
+    def __init__(self, version: int) -> None:
+        self.known: int | None = version
+
+    def add(self, events: Sequence[SessionEvent]) -> None:
+        for event in events:
+            if self.known is not None and event.seq == self.known + 1:
+                self.known = event.seq
+            else:
+                self.known = None
 
 
 def _finished(event: SessionEvent) -> bool:

@@ -20,7 +20,7 @@ from turnlog.compaction._checks import check_function
 from turnlog.compaction.reported import usage_metadata
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
-from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, check_id
+from turnlog.events import Message, Session, SessionEvent, ToolCall, ToolResult, check_id
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     AsyncChatModelAdapter,
@@ -192,11 +192,16 @@ class AsyncSessionChat:
         if request_id is not None:
             check_id(request_id, "request id")
         ids = TurnIds(session_id, request_id)
-        await self.service.get_or_create(session_id, ttl=self.ttl)
+        session = await self.service.get_or_create(session_id, ttl=self.ttl)
+        # the version first, then the view: `view` is the view at `known` while every append
+        # lands right after the last (see _Tracked); compaction after the turn then starts
+        # from it instead of reading it again
+        tracked = _Tracked(await self.service.version(session_id))
         view = await self.service.view(session_id)
         stored = ids.mine(view) if request_id is not None else []
         if not any(e.id == ids.user for e in stored):
             opened = await self._open_turn(session_id, text, ids, view, request_id)
+            tracked.add(opened)
             view.extend(opened)
             stored = [*stored, *opened]
         replayed = _finished(stored[-1])
@@ -220,6 +225,7 @@ class AsyncSessionChat:
                 event = await self.service.append_message(
                     session_id, answer, event_id=ids.tools(step)
                 )
+                tracked.add([event])
                 stored.append(event)
                 view.append(event)
                 if over:
@@ -243,10 +249,12 @@ class AsyncSessionChat:
                 response = await self.model.respond(messages, offered)
             responses.append(response)
             event = await self._store_reply(session_id, response, sent, ids.assistant(call))
+            tracked.add([event])
             stored.append(event)
             view.append(event)
             call += 1
-        compaction, error = await self._compact(session_id)
+        seen = None if tracked.known is None else (tracked.known, view)
+        compaction, error = await self._compact(session, seen)
         yield ChatTurn(
             session_id=session_id,
             reply=_reply(stored),
@@ -343,14 +351,26 @@ class AsyncSessionChat:
             return ToolResult(call.id, call.name, answer)
         return await run_tool_async(self.tools, call)
 
-    async def _compact(self, session_id: str) -> tuple[CompactionResult | None, Exception | None]:
-        """Compact after the turn; a failure is logged at WARNING and returned, never raised."""
+    async def _compact(
+        self, session: Session, seen: tuple[int, Sequence[SessionEvent]] | None
+    ) -> tuple[CompactionResult | None, Exception | None]:
+        """Compact after the turn; a failure is logged at WARNING and returned, never raised.
+
+        With `seen` (the version and the view at it, as this turn knows them), the first pass
+        starts from that view; the boundary's version check makes that safe.
+        """
         if self.trigger is None or self.strategy is None:
             return None, None
+        session_id = session.id
         try:
-            result = await self.service.compact(
-                session_id, self.trigger, self.strategy, retries=self.retries
-            )
+            if seen is None:
+                result = await self.service.compact(
+                    session_id, self.trigger, self.strategy, retries=self.retries
+                )
+            else:
+                result = await self.service._compact_seen(
+                    session, seen, self.trigger, self.strategy, self.retries
+                )
         except Exception as exc:
             logger.warning(
                 "compaction of session %r after the turn failed; the turn's reply stands and "
@@ -368,6 +388,27 @@ class AsyncSessionChat:
             f"{type(self).__name__}(model={self.model!r}, tools={list(self.tools)}, "
             f"max_tool_rounds={self.max_tool_rounds})"
         )
+
+
+class _Tracked:
+    """The log's version while this turn's appends land one after the other.
+
+    `known` starts at the version read before the view; each event appended must get the next
+    seq. One that does not (another writer appended between, or the id was stored before)
+    makes the version unknown, and compaction reads the view afresh.
+    """
+
+    __slots__ = ("known",)
+
+    def __init__(self, version: int) -> None:
+        self.known: int | None = version
+
+    def add(self, events: Sequence[SessionEvent]) -> None:
+        for event in events:
+            if self.known is not None and event.seq == self.known + 1:
+                self.known = event.seq
+            else:
+                self.known = None
 
 
 def _finished(event: SessionEvent) -> bool:

@@ -295,11 +295,39 @@ class SessionService:
                 return result
         return result
 
-    def _compact_once(
-        self, session: Session, trigger: CompactionTrigger, strategy: CompactionStrategy
+    def _compact_seen(
+        self,
+        session: Session,
+        seen: tuple[int, Sequence[SessionEvent]],
+        trigger: CompactionTrigger,
+        strategy: CompactionStrategy,
+        retries: int,
     ) -> CompactionResult:
-        version = self.store.version(session.id)
-        view = self.store.view(session.id)
+        """`compact`, whose first pass starts from a view the caller holds (the turn runner).
+
+        `seen` is (version, view): the session's view as it was at that version, exactly. The
+        boundary is appended only if the log is still at that version, so a pass from a view
+        that went stale loses the race like any other, and the next pass reads afresh.
+        """
+        result = self._compact_once(session, trigger, strategy, seen)
+        for _ in range(retries):
+            if not result.conflict:
+                break
+            result = self._compact_once(session, trigger, strategy)
+        return result
+
+    def _compact_once(
+        self,
+        session: Session,
+        trigger: CompactionTrigger,
+        strategy: CompactionStrategy,
+        seen: tuple[int, Sequence[SessionEvent]] | None = None,
+    ) -> CompactionResult:
+        if seen is None:
+            version = self.store.version(session.id)
+            view = self.store.view(session.id)
+        else:
+            version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
         if not fires(trigger, request):
             return CompactionResult.nothing(view)
