@@ -17,19 +17,36 @@ returned (its text is the deltas joined). Tool calls arrive whole, in that final
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Final, Protocol, TypeAlias, runtime_checkable
 
 from turnlog.events import Message
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
+    "CACHE_BREAKPOINT_KEY",
     "AsyncChatModelAdapter",
     "ChatModelAdapter",
     "ChatResponse",
     "StreamEvent",
     "Usage",
+    "with_cache_breakpoint",
 ]
+
+CACHE_BREAKPOINT_KEY: Final = "turnlog.cache_breakpoint"
+"""The message metadata key that marks the end of a prompt's stable prefix.
+
+A turn runner sets it to True on (a copy of) the message that ends what stays the same from one
+request to the next, the pinned messages and the summary; an adapter that caches prompts on
+request (`AnthropicChatModel(cache_prompt=True)`) puts a cache breakpoint after the last message
+so marked. Metadata is never sent, so the key itself never reaches the provider.
+"""
+
+
+def with_cache_breakpoint(message: Message) -> Message:
+    """A copy of `message` whose metadata marks it as the end of the stable prefix
+    (`CACHE_BREAKPOINT_KEY` set to True); the stored message is left as it was."""
+    return replace(message, metadata={**message.metadata, CACHE_BREAKPOINT_KEY: True})
 
 
 @dataclass(frozen=True, slots=True)
