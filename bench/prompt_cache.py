@@ -5,7 +5,7 @@ cache read costs 0.1x the input price, a cache write 1.25x). A window that moves
 changes the start of the conversation every turn, so little beyond the system prompt repeats; a
 trigger that fires rarely and cuts deep leaves the prompt growing append-only between passes.
 
-A scripted 200-turn conversation (seeded: a ~1,100-token system prompt; each turn a user
+A scripted 200-turn conversation (seeded: a ~1,400-token system prompt; each turn a user
 message, in some turns a tool call and its result, then the assistant's answer; random sizes)
 runs through `SessionService` on a `SqliteStore` in a temp dir, once per configuration. A
 request is what a turn runner sends before each assistant message (`service.view_messages`);
@@ -211,18 +211,19 @@ def breakpoints(service: SessionService, sid: str, request: list[Message]) -> li
 def main() -> None:
     args = parse_args(__doc__)
     n_turns = 60 if args.quick else 200
-    print(
-        f"Prompt caching over {n_turns} turns{' (--quick: not the reported figures)' if args.quick else ''}"
-    )
+    quick = " (--quick: not the reported figures)" if args.quick else ""
+    print(f"Prompt caching over {n_turns} turns{quick}")
     print(machine())
     system, turns = script(n_turns, args.seed)
     tokens = Tokens()
     started = time.perf_counter()
     runs: list[tuple[str, Run]] = []
-    with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
-        with SessionService(SqliteStore(Path(tmp) / "cache.db")) as service:
-            for config in configs():
-                runs.append((config.name, drive(service, config, system, turns, tokens)))
+    with (
+        tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp,
+        SessionService(SqliteStore(Path(tmp) / "cache.db")) as service,
+    ):
+        for config in configs():
+            runs.append((config.name, drive(service, config, system, turns, tokens)))
     baseline = runs[0][1]
     base = sum(baseline.prompts)
     print(

@@ -158,8 +158,7 @@ def test_without_the_option_no_marker_and_the_system_prompt_stays_a_string(serve
     for request in server.requests:
         assert markers(request.body) == []
         assert request.body["system"] == "You are a support agent."
-    system, turns = to_anthropic_messages(CONVERSATION)
-    assert server.requests[0].body["messages"] == turns
+    assert server.requests[0].body["messages"] == to_anthropic_messages(CONVERSATION)[1]
 
 
 def test_the_metadata_key_never_reaches_the_wire(server, cached, plain):
@@ -242,6 +241,7 @@ def test_only_the_last_marked_message_counts_and_a_marked_empty_message_ends_bef
         Message.user("c"),
     ]
     system, turns = to_anthropic_cached(messages)
+    assert system == [{"type": "text", "text": "s", "cache_control": EPHEMERAL}]
     assert markers(turns) == [EPHEMERAL, EPHEMERAL]
     assert turns[2]["content"] == [
         {"type": "text", "text": "b", "cache_control": EPHEMERAL},
