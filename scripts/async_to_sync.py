@@ -50,6 +50,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/stores/redis/cluster_async.py", "src/turnlog/stores/redis/cluster.py"),
     ("src/turnlog/models/openai_async.py", "src/turnlog/models/openai.py"),
     ("src/turnlog/models/anthropic_async.py", "src/turnlog/models/anthropic.py"),
+    ("src/turnlog/chat_async.py", "src/turnlog/chat.py"),
 )
 
 FIXED = {

@@ -16,6 +16,7 @@ __all__ = [
     "SessionAlreadyExists",
     "SessionNotFound",
     "StoreError",
+    "ToolRoundsExceeded",
     "TurnlogError",
     "VersionConflict",
 ]
@@ -102,3 +103,25 @@ class ModelError(TurnlogError):
         self.provider = provider
         self.status = status
         super().__init__(message)
+
+
+class ToolRoundsExceeded(TurnlogError):
+    """The model was still calling tools when a turn reached its `max_tool_rounds`.
+
+    The runner answered the last calls with error results ("not run") and stopped: the log
+    keeps the view rules, and the next `send` starts a new turn. Raise `max_tool_rounds` when
+    the tasks really need more steps, or look at the session's log for a model stuck in a loop.
+
+    Attributes:
+        session_id: the session.
+        max_tool_rounds: the limit that was reached.
+    """
+
+    def __init__(self, session_id: str, max_tool_rounds: int) -> None:
+        self.session_id = session_id
+        self.max_tool_rounds = max_tool_rounds
+        super().__init__(
+            f"session {session_id!r}: the model was still calling tools after "
+            f"{max_tool_rounds} rounds; its last calls were answered as not run and the turn "
+            "stopped (raise max_tool_rounds if the task needs more steps)"
+        )

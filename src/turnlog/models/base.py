@@ -34,13 +34,11 @@ __all__ = [
 ]
 
 CACHE_BREAKPOINT_KEY: Final = "turnlog.cache_breakpoint"
-"""The message metadata key that marks the end of a prompt's stable prefix.
-
-A turn runner sets it to True on (a copy of) the message that ends what stays the same from one
-request to the next, the pinned messages and the summary; an adapter that caches prompts on
-request (`AnthropicChatModel(cache_prompt=True)`) puts a cache breakpoint after the last message
-so marked. Metadata is never sent, so the key itself never reaches the provider.
-"""
+"""Message metadata key: True on the message that ends the prompt's stable prefix (the system
+prompt, the pinned events and the summary). The turn runner sets it on the copy it sends; an
+adapter that supports prompt caching marks a cache breakpoint there
+(`AnthropicChatModel(cache_prompt=True)`). Metadata is never sent, so the key itself never
+reaches the provider."""
 
 
 def with_cache_breakpoint(message: Message) -> Message:

@@ -1,0 +1,413 @@
+"""`AsyncSessionChat`: the turn runner, a chat loop over a session's log.
+
+One `send` is one turn: the session is found or created, the system prompt appended when it
+changed, the user message appended; then the model is called with the view, its message
+appended with the provider's counts, the tools it asked for run and their results appended,
+until it answers without calling a tool. Then compaction runs, and a failure of it is logged,
+never raised: the reply stands. See docs/chat.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, sent_events
+from turnlog.compaction._checks import check_function
+from turnlog.compaction.reported import usage_metadata
+from turnlog.durations import Duration, to_timedelta
+from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
+from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, check_id
+from turnlog.models.base import (
+    CACHE_BREAKPOINT_KEY,
+    AsyncChatModelAdapter,
+    ChatResponse,
+)
+from turnlog.rules import repair_messages
+from turnlog.service_async import AsyncSessionService
+from turnlog.tools import Tool, as_tools, run_tool_async
+from turnlog.toolsearch.base import ToolReference
+from turnlog.toolsearch.search_async import SEARCH_TOOL_NAME, AsyncToolSearch
+from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
+
+if True:  # ASYNC
+    import asyncio
+
+__all__ = ["AsyncSessionChat"]
+
+logger: Final = logging.getLogger("turnlog.chat")
+
+
+class AsyncSessionChat:
+    """Runs turns of a conversation against a chat model, keeping each session's log.
+
+    Args:
+        service: the sessions' service (and so their store).
+        model: the chat model (an `AsyncOpenAIChatModel`, `AsyncAnthropicChatModel`, or
+            another `AsyncChatModelAdapter`).
+        system: the system prompt; appended to a session's log when its latest one differs.
+        tools: functions (or `Tool`s) the model may call; see `turnlog.tools`.
+        tool_search: offer the model one search tool and the tools it discovered instead of
+            every tool; `tools` are what it searches.
+        trigger: when to compact after a turn (with `strategy`); None never compacts.
+        strategy: how to compact (with `trigger`).
+        retries: compaction passes re-run after losing a race to another writer.
+        max_tool_rounds: model calls answered by tools in one turn before the turn stops with
+            `ToolRoundsExceeded`.
+        ttl: how long a session this runner creates lives (see `AsyncSessionService.create`).
+        cache_breakpoint: mark the end of the stable prefix (the system prompt, the pinned
+            events and the summary) for the provider's prompt cache (`CACHE_BREAKPOINT_KEY`;
+            the Anthropic adapter honours it when built with `cache_prompt=True`).
+
+    Raises:
+        InvalidInput: an argument of the wrong kind (a blocking service or model goes with
+            `SessionChat`), `trigger` without `strategy` or the reverse, two tools of one name.
+    """
+
+    def __init__(
+        self,
+        service: AsyncSessionService,
+        model: AsyncChatModelAdapter,
+        *,
+        system: str | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tool_search: AsyncToolSearch | None = None,
+        trigger: CompactionTrigger | None = None,
+        strategy: CompactionStrategy | None = None,
+        retries: int = 2,
+        max_tool_rounds: int = 10,
+        ttl: Duration | None = None,
+        cache_breakpoint: bool = True,
+    ) -> None:
+        if not isinstance(service, AsyncSessionService):
+            raise InvalidInput(
+                f"service must be an AsyncSessionService, got {type(service).__name__}"
+            )
+        respond = getattr(model, "respond", None)
+        if True:  # ASYNC
+            if not inspect.iscoroutinefunction(respond):
+                raise InvalidInput(
+                    "model must be an asyncio chat model (AsyncOpenAIChatModel, "
+                    f"AsyncAnthropicChatModel, ...), got {type(model).__name__}; a blocking "
+                    "model goes with SessionChat"
+                )
+        else:
+            if not callable(respond) or inspect.iscoroutinefunction(respond):
+                raise InvalidInput(
+                    "model must be a blocking chat model (OpenAIChatModel, "
+                    f"AnthropicChatModel, ...), got {type(model).__name__}; an asyncio model "
+                    "goes with AsyncSessionChat"
+                )
+        if system is not None and (not isinstance(system, str) or not system.strip()):
+            raise InvalidInput(f"system must be a non-blank string or None, got {system!r}")
+        if tool_search is not None and not isinstance(tool_search, AsyncToolSearch):
+            raise InvalidInput(
+                f"tool_search must be an AsyncToolSearch, got {type(tool_search).__name__}"
+            )
+        if (trigger is None) != (strategy is None):
+            raise InvalidInput(
+                "pass trigger and strategy together (e.g. TokenCountTrigger(60_000) and "
+                "WindowCompactionStrategy(...)), or neither to never compact"
+            )
+        if trigger is not None:
+            check_function(trigger, "trigger", "(CompactionRequest) -> bool")
+        if strategy is not None and not callable(getattr(strategy, "compact", None)):
+            raise InvalidInput("strategy must have compact(request), e.g. WindowCompactionStrategy")
+        limits = ((retries, "retries", 0), (max_tool_rounds, "max_tool_rounds", 1))
+        for value, what, least in limits:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidInput(f"{what} must be an integer >= {least}, got {value!r}")
+        if ttl is not None:
+            to_timedelta(ttl, "ttl")
+        self.service = service
+        self.model = model
+        self.system = system
+        self.tools = as_tools(tools)
+        if tool_search is not None and SEARCH_TOOL_NAME in self.tools:
+            raise InvalidInput(f"a tool is named {SEARCH_TOOL_NAME!r}, the search tool's name")
+        self.tool_search = tool_search
+        self.trigger = trigger
+        self.strategy = strategy
+        self.retries = retries
+        self.max_tool_rounds = max_tool_rounds
+        self.ttl = ttl
+        self.cache_breakpoint = bool(cache_breakpoint)
+        self._references = [t.reference for t in self.tools.values()]
+
+    # -- the public calls -------------------------------------------------------------------
+
+    async def send(self, session_id: str, text: str, *, request_id: str | None = None) -> ChatTurn:
+        """Run one turn: `text` from the user, the model's reply back.
+
+        Args:
+            session_id: the session; created when it does not exist.
+            text: the user's message.
+            request_id: the caller's id for this request. Every event of the turn gets an id
+                derived from it, so a `send` retried with the same request id (after a timeout,
+                say) never doubles the user message, an assistant message or a tool result:
+                a finished turn is returned as stored (`replayed`), an unfinished one resumes
+                where it stopped (a tool whose result was not stored runs again).
+
+        Returns:
+            The turn: the reply, the events stored, the responses, the tools run, the
+            compaction after it.
+
+        Raises:
+            InvalidInput: a bad session id or text, or the request id of a turn that has left
+                the view (compacted away): use a new request id.
+            ModelError: the provider failed a call; what the turn stored so far stays (a
+                retry with the same request id resumes it).
+            ToolRoundsExceeded: the model was still calling tools after `max_tool_rounds`; its
+                last calls were answered with error results, so the log keeps the rules.
+        """
+        turn: ChatTurn | None = None
+        async for event in self._turn(session_id, text, request_id, streaming=False):
+            if isinstance(event, ChatTurn):
+                turn = event
+        assert turn is not None  # _turn always ends with the turn
+        return turn
+
+    def stream(
+        self, session_id: str, text: str, *, request_id: str | None = None
+    ) -> AsyncIterator[ChatEvent]:
+        """Run one turn, yielding the reply as it arrives.
+
+        Yields text deltas (`str`) of each model call as the provider sends them, a `ToolRun`
+        for each tool call run, and the `ChatTurn` last (the full reply is stored before it is
+        yielded). Arguments, and what is raised, as for `send`.
+        """
+        return self._turn(session_id, text, request_id, streaming=True)
+
+    # -- one turn ---------------------------------------------------------------------------
+
+    async def _turn(
+        self, session_id: str, text: str, request_id: str | None, *, streaming: bool
+    ) -> AsyncIterator[ChatEvent]:
+        check_id(session_id, "session id")
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"text must be a non-blank string, got {text!r}")
+        if request_id is not None:
+            check_id(request_id, "request id")
+        ids = TurnIds(session_id, request_id)
+        await self.service.get_or_create(session_id, ttl=self.ttl)
+        view = await self.service.view(session_id)
+        stored = ids.mine(view) if request_id is not None else []
+        if not any(e.id == ids.user for e in stored):
+            opened = await self._open_turn(session_id, text, ids, view, request_id)
+            view.extend(opened)
+            stored = [*stored, *opened]
+        replayed = _finished(stored[-1])
+        call = sum(1 for e in stored if e.role == "assistant")
+        responses: list[ChatResponse] = []
+        runs: list[ToolRun] = []
+        while not _finished(stored[-1]):
+            previous = stored[-1]
+            if previous.message is not None and previous.message.tool_calls:
+                step = ids.step(previous)
+                calls = previous.message.tool_calls
+                over = step >= self.max_tool_rounds
+                if over:
+                    results = [ToolRun(c, _not_run(c, self.max_tool_rounds)) for c in calls]
+                else:
+                    results = await self._run_calls(session_id, calls)
+                for run in results:
+                    runs.append(run)
+                    yield run
+                answer = Message.tool([r.result for r in results])
+                event = await self.service.append_message(
+                    session_id, answer, event_id=ids.tools(step)
+                )
+                stored.append(event)
+                view.append(event)
+                if over:
+                    raise ToolRoundsExceeded(session_id, self.max_tool_rounds)
+                continue
+            sent = sent_events(view)
+            offered = await self._offered(session_id)
+            messages = self._prompt(sent)
+            response: ChatResponse | None = None
+            if streaming:
+                async for piece in self.model.stream(messages, offered):
+                    if isinstance(piece, ChatResponse):
+                        response = piece
+                    else:
+                        yield piece
+                if response is None:
+                    raise ModelError(
+                        _provider(self.model), None, "the model's stream ended without a reply"
+                    )
+            else:
+                response = await self.model.respond(messages, offered)
+            responses.append(response)
+            event = await self._store_reply(session_id, response, sent, ids.assistant(call))
+            stored.append(event)
+            view.append(event)
+            call += 1
+        compaction, error = await self._compact(session_id)
+        yield ChatTurn(
+            session_id=session_id,
+            reply=_reply(stored),
+            events=tuple(stored),
+            responses=tuple(responses),
+            tool_runs=tuple(runs),
+            usage=total_usage(responses),
+            compaction=compaction,
+            compaction_error=error,
+            replayed=replayed,
+        )
+
+    async def _open_turn(
+        self,
+        session_id: str,
+        text: str,
+        ids: TurnIds,
+        view: list[SessionEvent],
+        request_id: str | None,
+    ) -> list[SessionEvent]:
+        """Append the system prompt (when it changed) and the user message."""
+        opened: list[SessionEvent] = []
+        if self.system is not None and _latest_system(view) != self.system:
+            opened.append(
+                await self.service.append_message(
+                    session_id, Message.system(self.system), event_id=ids.system
+                )
+            )
+        user = await self.service.append_message(session_id, Message.user(text), event_id=ids.user)
+        newest = max((e.seq or 0 for e in view), default=0)
+        if request_id is not None and user.seq is not None and user.seq < newest:
+            raise InvalidInput(
+                f"request {request_id!r} of session {session_id!r} was handled already and its "
+                "turn has left the view (compacted away); send it with a new request id"
+            )
+        opened.append(user)
+        return opened
+
+    async def _store_reply(
+        self, session_id: str, response: ChatResponse, sent: list[SessionEvent], event_id: str
+    ) -> SessionEvent:
+        """Append the model's message with what the provider reported, as `event_id`."""
+        message = response.message
+        if not message.tool_calls and not (message.text or "").strip():
+            raise ModelError(
+                _provider(self.model),
+                200,
+                f"model {response.model!r} returned an empty reply (no text, no tool calls; "
+                f"stop reason {response.stop_reason!r}); nothing was stored for it: send again",
+            )
+        usage = response.usage
+        metadata = usage_metadata(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            model=response.model,
+            stop_reason=response.stop_reason,
+            prompt=sent,
+        )
+        return await self.service.append_message(
+            session_id, message, event_id=event_id, metadata=metadata
+        )
+
+    def _prompt(self, sent: list[SessionEvent]) -> list[Message]:
+        """The messages to send: the view's, repaired, the stable prefix marked."""
+        messages = [e.message for e in sent if e.message is not None]
+        if self.cache_breakpoint:
+            end = _stable_prefix_end(sent)
+            if end is not None:
+                marked = messages[end]
+                messages[end] = replace(
+                    marked, metadata={**marked.metadata, CACHE_BREAKPOINT_KEY: True}
+                )
+        return repair_messages(messages)
+
+    async def _offered(self, session_id: str) -> list[ToolReference] | None:
+        """The tool definitions to send: every tool, or the search tool and what it found."""
+        if self.tool_search is not None:
+            self.tool_search.prepare(session_id, self._references)
+            return await self.tool_search.offered_tools(session_id)
+        return self._references or None
+
+    async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[ToolRun]:
+        """Run the calls of one assistant message (at once, on the asyncio runner)."""
+        if True:  # ASYNC
+            results = await asyncio.gather(*(self._run_call(session_id, c) for c in calls))
+        else:
+            results = [self._run_call(session_id, c) for c in calls]
+        return [ToolRun(c, r) for c, r in zip(calls, results, strict=True)]
+
+    async def _run_call(self, session_id: str, call: ToolCall) -> ToolResult:
+        if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
+            answer = await self.tool_search.answer_call(session_id, call.arguments)
+            return ToolResult(call.id, call.name, answer)
+        return await run_tool_async(self.tools, call)
+
+    async def _compact(self, session_id: str) -> tuple[CompactionResult | None, Exception | None]:
+        """Compact after the turn; a failure is logged at WARNING and returned, never raised."""
+        if self.trigger is None or self.strategy is None:
+            return None, None
+        try:
+            result = await self.service.compact(
+                session_id, self.trigger, self.strategy, retries=self.retries
+            )
+        except Exception as exc:
+            logger.warning(
+                "compaction of session %r after the turn failed; the turn's reply stands and "
+                "nothing of the compaction was written: %s: %s",
+                session_id,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            return None, exc
+        return result, None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model!r}, tools={list(self.tools)}, "
+            f"max_tool_rounds={self.max_tool_rounds})"
+        )
+
+
+def _finished(event: SessionEvent) -> bool:
+    """True for an assistant message without tool calls: the end of a turn."""
+    return event.role == "assistant" and event.message is not None and not event.message.tool_calls
+
+
+def _not_run(call: ToolCall, limit: int) -> ToolResult:
+    return ToolResult(
+        call.id,
+        call.name,
+        f"not run: this turn reached its limit of {limit} tool rounds (max_tool_rounds)",
+        is_error=True,
+    )
+
+
+def _reply(stored: list[SessionEvent]) -> Message:
+    message = stored[-1].message
+    assert message is not None
+    return message
+
+
+def _latest_system(view: Sequence[SessionEvent]) -> str | None:
+    for event in reversed(view):
+        if event.role == "system" and event.message is not None:
+            return event.message.text
+    return None
+
+
+def _stable_prefix_end(sent: Sequence[SessionEvent]) -> int | None:
+    """The index of the last message of the leading system and summary events, if any."""
+    end = None
+    for index, event in enumerate(sent):
+        if event.role == "system" or event.synthetic:
+            end = index
+        else:
+            break
+    return end
+
+
+def _provider(model: object) -> str:
+    provider = getattr(model, "provider", None)
+    return provider if isinstance(provider, str) else type(model).__name__

@@ -1,0 +1,405 @@
+"""The turn runner: `SessionChat` and `AsyncSessionChat` (through a blocking bridge)."""
+
+import json
+import logging
+
+import pytest
+
+from chat_harness import KINDS, Harness
+from prompt_rules import violations
+from turnlog import (
+    CompactionWindow,
+    EventType,
+    Message,
+    TokenCountTrigger,
+    ToolCall,
+    TurnCountTrigger,
+    WindowCompactionStrategy,
+)
+from turnlog.compaction import ChatModelSummarizer, ExtractiveSummarizer
+from turnlog.compaction.reported import USAGE_KEY, prompt_digest
+from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
+from turnlog.models.base import CACHE_BREAKPOINT_KEY, Usage
+from turnlog.turns import ChatTurn, ToolRun
+
+
+@pytest.fixture(params=KINDS)
+def harness(request, tmp_path):
+    h = Harness(request.param, tmp_path)
+    yield h
+    h.close()
+
+
+def call(name, arguments, call_id):
+    return ToolCall(call_id, name, json.dumps(arguments))
+
+
+def calls(*items):
+    return Message.assistant(None, [call(*item) for item in items])
+
+
+def weather(city: str, unit: str = "C") -> dict:
+    """Today's weather in a city.
+
+    Args:
+        city: the city's name.
+        unit: C or F.
+    """
+    return {"city": city, "temp": 21 if unit == "C" else 70}
+
+
+async def slow_clock(zone: str) -> str:
+    """The time in a zone."""
+    return f"12:00 {zone}"
+
+
+def broken(path: str) -> str:
+    """A tool that always fails."""
+    raise FileNotFoundError(f"no such file: {path}")
+
+
+def roles(h, session_id):
+    return [m.role for m in log_messages(h, session_id)]
+
+
+def log_messages(h, session_id):
+    return [e.message for e in h.service.events(session_id) if e.message is not None]
+
+
+def test_a_text_turn_stores_system_user_and_reply_with_the_providers_counts(harness):
+    model = harness.model(
+        ["Hello!"], usage=lambda messages, tools: Usage(100 + len(messages), 7, 40)
+    )
+    chat = harness.make(model, system="Be brief.")
+    turn = chat.send("s1", "hi")
+    assert isinstance(turn, ChatTurn)
+    assert turn.text == "Hello!" and not turn.replayed
+    assert [m.role for m in log_messages(harness, "s1")] == ["system", "user", "assistant"]
+    assert [(m.role, m.text) for m in model.calls[0]] == [("system", "Be brief."), ("user", "hi")]
+    assert model.tools == [None]
+    reply = harness.service.events("s1")[-1]
+    usage = reply.metadata[USAGE_KEY]
+    assert usage["input_tokens"] == 102 and usage["output_tokens"] == 7
+    assert usage["cached_input_tokens"] == 40 and usage["model"] == "scripted"
+    assert usage["stop_reason"] == "stop"
+    assert usage["prompt"] == prompt_digest(harness.service.events("s1")[:2])
+    assert turn.usage == Usage(102, 7, 40)
+    assert [e.id for e in turn.events] == [e.id for e in harness.service.events("s1")]
+
+
+def test_the_system_prompt_is_appended_only_when_it_changed(harness):
+    model = harness.model(["ok"])
+    harness.make(model, system="v1").send("s", "one")
+    harness.make(model, system="v1").send("s", "two")
+    harness.make(model, system="v2").send("s", "three")
+    harness.make(model).send("s", "four")  # no system prompt: the stored one stays
+    systems = [m.text for m in log_messages(harness, "s") if m.role == "system"]
+    assert systems == ["v1", "v2"]
+    assert model.calls[-1][0].text == "v2"
+    assert sum(m.role == "system" for m in model.calls[-1]) == 1
+
+
+def test_tools_run_and_their_results_go_back_to_the_model(harness):
+    model = harness.model(
+        [
+            calls(("weather", {"city": "Oslo"}, "c1"), ("slow_clock", {"zone": "CET"}, "c2")),
+            "It is 21 degrees at noon.",
+        ]
+    )
+    chat = harness.make(model, tools=[weather, slow_clock])
+    turn = chat.send("s", "weather and time?")
+    assert turn.text == "It is 21 degrees at noon."
+    offered = {t.name: t for t in model.tools[0]}
+    assert set(offered) == {"weather", "slow_clock"}
+    schema = offered["weather"].parameters
+    assert schema["required"] == ["city"]
+    assert schema["properties"]["city"] == {"type": "string", "description": "the city's name."}
+    assert offered["weather"].description == "Today's weather in a city."
+    tool_message = model.calls[1][-1]
+    assert tool_message.role == "tool"
+    results = tool_message.tool_results
+    assert [r.call_id for r in results] == ["c1", "c2"]
+    assert json.loads(results[0].content) == {"city": "Oslo", "temp": 21}
+    assert results[1].content == "12:00 CET" and not results[1].is_error
+    assert [r.call.id for r in turn.tool_runs] == ["c1", "c2"]
+    assert violations(log_messages(harness, "s")) == []
+
+
+def test_a_failing_tool_bad_arguments_and_an_unknown_tool_become_error_results(harness):
+    model = harness.model(
+        [
+            calls(
+                ("broken", {"path": "a.txt"}, "c1"),
+                ("weather", {"town": "Oslo"}, "c2"),
+                ("weather", {"city": 3}, "c3"),
+                ("teleport", {}, "c4"),
+            ),
+            "Sorry.",
+        ]
+    )
+    turn = harness.make(model, tools=[broken, weather]).send("s", "go")
+    assert turn.text == "Sorry."
+    results = {r.call_id: r for r in model.calls[1][-1].tool_results}
+    assert all(r.is_error for r in results.values())
+    assert results["c1"].content == "FileNotFoundError: no such file: a.txt"
+    assert "town" in results["c2"].content or "city" in results["c2"].content
+    assert "Expected `str`, got `int`" in results["c3"].content
+    assert "no tool named 'teleport'" in results["c4"].content
+    assert "broken, weather" in results["c4"].content
+
+
+def test_a_tool_loop_stops_at_max_tool_rounds_with_the_log_intact(harness):
+    looping = calls(("weather", {"city": "Oslo"}, "c"))
+    model = harness.model([looping])
+    chat = harness.make(model, tools=[weather], max_tool_rounds=3)
+    with pytest.raises(ToolRoundsExceeded) as caught:
+        chat.send("s", "loop forever")
+    assert caught.value.max_tool_rounds == 3
+    assert len(model.calls) == 4  # 3 rounds answered, the 4th call's tools not run
+    messages = log_messages(harness, "s")
+    assert violations(messages) == []
+    last = messages[-1]
+    assert last.role == "tool" and last.tool_results[0].is_error
+    assert "not run" in last.tool_results[0].content
+    ran = [r for m in messages if m.role == "tool" for r in m.tool_results if not r.is_error]
+    assert len(ran) == 3
+    # the session goes on with a new turn
+    model.replies.append("Done.")
+    assert harness.make(model, tools=[weather]).send("s", "stop").text == "Done."
+
+
+def test_a_retried_request_id_returns_the_stored_turn_without_calling_the_model(harness):
+    model = harness.model(["first answer", "second answer"])
+    chat = harness.make(model)
+    first = chat.send("s", "question", request_id="req-1")
+    version = harness.service.version("s")
+    again = chat.send("s", "question", request_id="req-1")
+    assert again.replayed and again.text == "first answer"
+    assert len(model.calls) == 1 and harness.service.version("s") == version
+    assert [e.id for e in again.events] == [e.id for e in first.events]
+    other = chat.send("s", "question", request_id="req-2")
+    assert other.text == "second answer"
+    assert [m.role for m in log_messages(harness, "s")] == ["user", "assistant"] * 2
+
+
+def test_a_request_id_in_another_session_is_another_turn(harness):
+    model = harness.model(["a", "b"])
+    chat = harness.make(model)
+    chat.send("s1", "q", request_id="same")
+    assert chat.send("s2", "q", request_id="same").text == "b"
+    assert harness.service.version("s2") == 2
+
+
+class Crash(BaseException):
+    """A process dying mid-turn: not an Exception, so no layer turns it into a result."""
+
+
+def test_a_turn_cut_short_resumes_on_retry_without_doubling_or_rerunning(harness):
+    runs = []
+
+    def count(n: int) -> int:
+        """Count."""
+        runs.append(n)
+        if len(runs) == 2:
+            raise Crash()
+        return n
+
+    model = harness.model(
+        [
+            calls(("count", {"n": 1}, "c1")),
+            calls(("count", {"n": 2}, "c2")),
+            "done",
+        ]
+    )
+    chat = harness.make(model, tools=[count])
+    with pytest.raises(Crash):
+        chat.send("s", "count", request_id="r")
+    # stored: user, a0 (c1), t0, a1 (c2) with its call open
+    assert [m.role for m in log_messages(harness, "s")] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    turn = chat.send("s", "count", request_id="r")
+    assert turn.text == "done" and not turn.replayed
+    assert runs == [1, 2, 2]  # the unanswered call ran again, the answered one did not
+    messages = log_messages(harness, "s")
+    assert [m.role for m in messages] == ["user"] + ["assistant", "tool"] * 2 + ["assistant"]
+    assert violations(messages) == []
+    assert len(model.calls) == 3  # the crashed call was not asked again
+
+
+def test_a_model_error_mid_turn_keeps_what_was_stored_and_a_retry_finishes(harness):
+    model = harness.model(
+        [calls(("weather", {"city": "Oslo"}, "c1")), ModelError("openai", 503, "down"), "sunny"]
+    )
+    chat = harness.make(model, tools=[weather])
+    with pytest.raises(ModelError):
+        chat.send("s", "weather?", request_id="r")
+    assert [m.role for m in log_messages(harness, "s")] == ["user", "assistant", "tool"]
+    assert chat.send("s", "weather?", request_id="r").text == "sunny"
+    assert [m.role for m in log_messages(harness, "s")] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+
+def test_an_empty_reply_is_a_model_error_and_nothing_is_stored_for_it(harness):
+    model = harness.model([Message.assistant("  ")])
+    with pytest.raises(ModelError, match="empty reply"):
+        harness.make(model).send("s", "hi")
+    assert [m.role for m in log_messages(harness, "s")] == ["user"]
+
+
+def test_streaming_yields_deltas_tool_runs_and_the_turn_last(harness):
+    model = harness.model([calls(("weather", {"city": "Rome"}, "c1")), "Warm and sunny in Rome."])
+    events = list(harness.make(model, tools=[weather]).stream("s", "Rome?"))
+    assert isinstance(events[-1], ChatTurn)
+    deltas = [e for e in events if isinstance(e, str)]
+    assert len(deltas) > 1 and "".join(deltas) == "Warm and sunny in Rome."
+    runs = [e for e in events if isinstance(e, ToolRun)]
+    assert [r.call.name for r in runs] == ["weather"]
+    assert events.index(runs[0]) < events.index(deltas[0])
+    assert log_messages(harness, "s")[-1] == Message.assistant("Warm and sunny in Rome.")
+
+
+def test_compaction_runs_after_the_turn(harness):
+    model = harness.model([f"answer {i}" for i in range(6)])
+    chat = harness.make(
+        model,
+        trigger=TurnCountTrigger(3),
+        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(2)),
+    )
+    turns = [chat.send("s", f"question {i}") for i in range(4)]
+    assert [t.compaction.unchanged for t in turns] == [True, True, True, False]
+    boundaries = harness.service.events(
+        "s", __import__("turnlog").stores.base.EventFilter(event_types=[EventType.COMPACTION])
+    )
+    assert len(boundaries) == 1
+    assert [m.text for m in harness.service.view_messages("s") if m.role == "user"] == [
+        "question 2",
+        "question 3",
+    ]
+
+
+def test_a_failing_summarizer_is_logged_and_the_reply_stands(harness, caplog):
+    summarizer_model = harness.model([RuntimeError("summarizer down")])
+    strategy = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1), summarizer=ChatModelSummarizer(summarizer_model)
+    )
+    chat = harness.make(
+        harness.model(["one", "two"]), trigger=TurnCountTrigger(1), strategy=strategy
+    )
+    chat.send("s", "first")
+    with caplog.at_level(logging.WARNING, logger="turnlog.chat"):
+        turn = chat.send("s", "second")
+    assert turn.text == "two" and turn.compaction is None
+    assert isinstance(turn.compaction_error, RuntimeError)
+    assert any("summarizer down" in r.getMessage() for r in caplog.records)
+    assert all(e.type == EventType.MESSAGE for e in harness.service.events("s"))
+
+
+def test_the_stable_prefix_is_marked_for_the_prompt_cache(harness):
+    model = harness.model([f"a{i}" for i in range(5)])
+    strategy = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
+    )
+    chat = harness.make(model, system="sys", trigger=TurnCountTrigger(2), strategy=strategy)
+    for i in range(4):
+        chat.send("s", f"q{i}")
+    marked = [
+        [i for i, m in enumerate(sent) if m.metadata.get(CACHE_BREAKPOINT_KEY)]
+        for sent in model.calls
+    ]
+    assert marked[0] == [0]  # only the system prompt
+    last = model.calls[-1]
+    (end,) = marked[-1]
+    assert end > 0 and last[end].role == "assistant"  # the summary's reply ends the prefix
+    assert last[end + 1].text == "q2"  # the kept turn follows it
+    unmarked = harness.make(harness.model(["x"]), system="sys", cache_breakpoint=False)
+    unmarked.send("t", "q")
+    assert (
+        not any(CACHE_BREAKPOINT_KEY in m.metadata for m in unmarked.chat.model.calls[0])
+        if (harness.kind == "async")
+        else not any(CACHE_BREAKPOINT_KEY in m.metadata for m in unmarked.model.calls[0])
+    )
+
+
+def test_reported_counts_drive_the_token_trigger(harness):
+    # the provider reports 1,000 tokens per call whatever is sent: far above any estimate
+    model = harness.model(["ok"] * 4, usage=lambda messages, tools: Usage(1_000, 2, 0))
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    chat = harness.make(model, trigger=TokenCountTrigger(900), strategy=strategy)
+    chat.send("s", "q0")
+    turn = chat.send("s", "q1")
+    assert turn.compaction is not None and not turn.compaction.unchanged
+    estimate = harness.make(
+        harness.model(["ok"] * 4, usage=lambda messages, tools: Usage(1_000, 2, 0)),
+        trigger=TokenCountTrigger(900, reported=False),
+        strategy=strategy,
+    )
+    estimate.send("t", "q0")
+    assert estimate.send("t", "q1").compaction.unchanged
+
+
+def test_tool_search_offers_the_search_tool_then_what_it_found(harness):
+    def send_invoice(customer: str, amount: float) -> str:
+        """Send an invoice to a customer by email."""
+        return f"sent {amount} to {customer}"
+
+    def delete_repo(name: str) -> str:
+        """Delete a source code repository."""
+        return "deleted"
+
+    model = harness.model(
+        [
+            calls(("tool_search", {"query": "invoice customer email"}, "s1")),
+            calls(("send_invoice", {"customer": "ACME", "amount": 10.5}, "c1")),
+            "Invoice sent.",
+        ]
+    )
+    chat = harness.make(model, tools=[send_invoice, delete_repo], tool_search=harness.tool_search())
+    assert chat.send("s", "bill ACME 10.50").text == "Invoice sent."
+    assert [t.name for t in model.tools[0]] == ["tool_search"]
+    assert [t.name for t in model.tools[1]] == ["tool_search", "send_invoice"]
+    answer = json.loads(model.calls[1][-1].tool_results[0].content)
+    assert "send_invoice" in json.dumps(answer)
+    assert model.calls[2][-1].tool_results[0].content == "sent 10.5 to ACME"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"trigger": TurnCountTrigger(2)}, "trigger and strategy together"),
+        ({"max_tool_rounds": 0}, "max_tool_rounds must be an integer >= 1"),
+        ({"retries": -1}, "retries must be"),
+        ({"system": "  "}, "system must be"),
+        ({"tools": [weather, weather]}, "two tools are named 'weather'"),
+        ({"tools": "weather"}, "tools must be a list"),
+    ],
+)
+def test_bad_settings_are_refused(harness, settings, message):
+    with pytest.raises(InvalidInput, match=message):
+        harness.make(harness.model(["x"]), **settings)
+
+
+def test_a_model_of_the_other_kind_is_refused(harness):
+    from turnlog.testing.fakes import AsyncScriptedChatModel, ScriptedChatModel
+
+    other = AsyncScriptedChatModel if harness.kind == "sync" else ScriptedChatModel
+    with pytest.raises(InvalidInput, match="goes with"):
+        harness.make(other(["x"]))
+
+
+def test_blank_text_and_bad_ids_are_refused_before_anything_is_written(harness):
+    chat = harness.make(harness.model(["x"]))
+    with pytest.raises(InvalidInput):
+        chat.send("s", "   ")
+    with pytest.raises(InvalidInput):
+        chat.send("", "hi")
+    with pytest.raises(InvalidInput):
+        chat.send("s", "hi", request_id="")
+    assert harness.service.find("s") is None
