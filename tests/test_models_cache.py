@@ -326,3 +326,48 @@ def test_usage_counts_cache_reads_and_writes_in_the_input(server, cached):
     assert responded.usage == Usage(input_tokens=1025, output_tokens=3, cached_input_tokens=900)
     # message_delta's output count (7) replaces message_start's
     assert streamed.usage == Usage(input_tokens=1025, output_tokens=7, cached_input_tokens=900)
+
+
+def test_the_turn_runner_marks_the_summary_and_the_adapter_puts_the_breakpoint_there(server):
+    from turnlog import (
+        CompactionWindow,
+        ExtractiveSummarizer,
+        SessionService,
+        TurnCountTrigger,
+        WindowCompactionStrategy,
+    )
+    from turnlog.chat import SessionChat
+
+    for text in ("one", "two", "three"):
+        server.reply_json(anthropic_message(f"answer {text}", usage=CACHE_USAGE))
+    strategy = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
+    )
+    with (
+        SessionService() as service,
+        AnthropicChatModel(
+            "claude-test", base_url=server.url, api_key="k", max_retries=0, cache_prompt=True
+        ) as model,
+    ):
+        chat = SessionChat(
+            service,
+            model,
+            system="Be brief.",
+            trigger=TurnCountTrigger(1),
+            strategy=strategy,
+        )
+        turns = [chat.send("s1", text) for text in ("one", "two", "three")]
+
+    assert turns[-1].responses[-1].usage.cached_input_tokens == 900
+    # the first request: the system prompt and the last block only (no summary yet)
+    assert len(markers(server.requests[0].body)) == 2
+    # the third comes after a pass: system, the summary turn, turn two, then "three"
+    body = server.requests[2].body
+    assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": EPHEMERAL}]
+    shadow, summary, *rest = body["messages"]
+    assert markers(shadow) == []
+    assert summary["role"] == "assistant"
+    assert summary["content"][-1]["cache_control"] == EPHEMERAL
+    assert [b["text"] for t in rest for b in t["content"]] == ["two", "answer two", "three"]
+    assert markers(rest) == [EPHEMERAL]
+    assert rest[-1]["content"][-1]["cache_control"] == EPHEMERAL
