@@ -14,10 +14,11 @@ a tool-calling turn makes two. After each turn, `service.compact(sid, trigger, s
 For each request: its prompt tokens (o200k over `turnlog.text.message_text` of each message,
 summed), and its cacheable prefix: the tokens of the longest run of leading messages equal to
 the previous request's leading messages (an exact prefix at message granularity; the first
-request has none). "at a breakpoint" checks that the Anthropic adapter's breakpoints
-(`cache_prompt=True`: the system prompt, the end of the summary, the last block) reach it: the
-longest leading run that ends where an earlier request put a breakpoint (cache lifetime and the
-provider's minimum cacheable size ignored).
+request has none). "turn starts" averages over the first request of each turn only, the ones
+after which the window may have moved. "at a breakpoint" checks that the Anthropic adapter's
+breakpoints (`cache_prompt=True`: the system prompt, the end of the summary, the last block)
+reach it: the longest leading run that ends where an earlier request put a breakpoint (cache
+lifetime and the provider's minimum cacheable size ignored).
 
 Billed tokens: uncached prompt tokens at 1x, cache reads at 0.1x; with writes, the uncached
 tokens at 1.25x as well, since the last-block breakpoint writes them to the cache. The cost
@@ -126,12 +127,15 @@ class Run:
     prompts: list[int] = field(default_factory=list)
     prefixes: list[int] = field(default_factory=list)
     at_breakpoint: list[int] = field(default_factory=list)
+    starts: list[bool] = field(default_factory=list)
+    """For each request, whether it is the first of its turn (sent after the user message)."""
     compactions: int = 0
 
-    @staticmethod
-    def mean_share(parts: list[int], prompts: list[int]) -> float:
-        """The mean share of a request's tokens in `parts`, from the second request on."""
-        pairs = list(zip(parts[1:], prompts[1:], strict=True))
+    def mean_share(self, parts: list[int], *, starts_only: bool = False) -> float:
+        """The mean share of a request's tokens in `parts`, from the second request on (only
+        the first request of each turn with `starts_only`)."""
+        rows = zip(parts[1:], self.prompts[1:], self.starts[1:], strict=True)
+        pairs = [(p, t) for p, t, start in rows if start or not starts_only]
         return sum(p / t for p, t in pairs) / len(pairs)
 
     def billed(self, *, writes: bool) -> float:
@@ -187,6 +191,7 @@ def drive(
             while same < min(len(request), len(previous)) and request[same] == previous[same]:
                 same += 1
             run.prompts.append(sum(sizes))
+            run.starts.append(message.role == "user")
             run.prefixes.append(sum(sizes[:same]))
             prefix_keys = list(keys(request))
             hit = max((i + 1 for i, k in enumerate(prefix_keys) if k in written), default=0)
@@ -237,13 +242,14 @@ def main() -> None:
             [
                 name,
                 run.compactions,
-                f"{run.mean_share(run.prefixes, run.prompts):.1%}",
-                f"{run.mean_share(run.at_breakpoint, run.prompts):.1%}",
+                f"{run.mean_share(run.prefixes):.1%}",
+                f"{run.mean_share(run.prefixes, starts_only=True):.1%}",
+                f"{run.mean_share(run.at_breakpoint):.1%}",
                 f"{sum(run.prompts) / 1000:,.0f}k",
                 f"{max(run.prompts):,}",
-                f"{sum(run.prompts) / base:.2f}",
-                f"{run.billed(writes=False) / base:.2f}",
-                f"{run.billed(writes=True) / base:.2f}",
+                f"{sum(run.prompts) / base:.3f}",
+                f"{run.billed(writes=False) / base:.3f}",
+                f"{run.billed(writes=True) / base:.3f}",
             ]
         )
     print(
@@ -252,6 +258,7 @@ def main() -> None:
                 "configuration",
                 "passes",
                 "prefix ratio",
+                "turn starts",
                 "at a breakpoint",
                 "prompt tokens",
                 "max prompt",
@@ -264,10 +271,11 @@ def main() -> None:
     )
     print()
     print(
-        "prefix ratio: the exact message prefix shared with the previous request; at a "
-        "breakpoint: the prefix read at an earlier request's breakpoint; both as a share of "
-        "the request's tokens, mean over requests 2 on. Costs: billed input tokens over the "
-        "no-compaction run's prompt tokens."
+        "prefix ratio: the exact message prefix shared with the previous request, as a share "
+        "of the request's tokens, mean over requests 2 on (turn starts: over the first request "
+        "of each turn only); at a breakpoint: the same for the prefix read at an earlier "
+        "request's breakpoint. Costs: billed input tokens over the no-compaction run's prompt "
+        "tokens."
     )
 
 
