@@ -371,3 +371,53 @@ def test_the_turn_runner_marks_the_summary_and_the_adapter_puts_the_breakpoint_t
     assert [b["text"] for t in rest for b in t["content"]] == ["two", "answer two", "three"]
     assert markers(rest) == [EPHEMERAL]
     assert rest[-1]["content"][-1]["cache_control"] == EPHEMERAL
+
+
+def test_the_docs_examples_mark_the_summary_by_hand(server, capsys, monkeypatch):
+    import re
+    from pathlib import Path
+
+    from turnlog import (
+        CompactionWindow,
+        ExtractiveSummarizer,
+        SessionService,
+        TurnCountTrigger,
+        WindowCompactionStrategy,
+    )
+
+    doc = (Path(__file__).parent.parent / "docs" / "models.md").read_text("utf-8")
+    section = doc.split("## Prompt caching (Anthropic)")[1].split("\n## ")[0]
+    option, by_hand = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    namespace = {}
+    exec(option, namespace, namespace)  # builds a model: no I/O, the key from the environment
+    assert namespace["model"].cache_prompt is True
+    namespace["model"].close()
+
+    server.reply_json(anthropic_message("ok", usage=CACHE_USAGE))
+    strategy = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
+    )
+    with (
+        SessionService() as service,
+        AnthropicChatModel(
+            "claude-test", base_url=server.url, api_key="k", max_retries=0, cache_prompt=True
+        ) as model,
+    ):
+        session_id = service.create().id
+        service.append_message(session_id, Message.system("Be brief."))
+        for text in ("one", "two"):
+            service.append_message(session_id, Message.user(text))
+            service.append_message(session_id, Message.assistant(f"answer {text}"))
+        service.append_message(session_id, Message.user("three"))
+        assert not service.compact(session_id, TurnCountTrigger(1), strategy).unchanged
+        namespace = {"service": service, "session_id": session_id, "model": model}
+        exec(by_hand, namespace, namespace)
+
+    assert capsys.readouterr().out == "1025 900\n"
+    body = server.last_body()
+    assert body["system"][0]["cache_control"] == EPHEMERAL
+    summary = body["messages"][1]
+    assert summary["role"] == "assistant"
+    assert summary["content"][-1]["cache_control"] == EPHEMERAL
+    assert len(markers(body)) == 3
