@@ -8,7 +8,7 @@ import random
 import pytest
 
 from model_servers import ScriptedServer, Twin, anthropic_events, anthropic_message
-from turnlog import InvalidInput, Message, ToolCall, ToolResult
+from turnlog import InvalidInput, MemoryStore, Message, ToolCall, ToolResult
 from turnlog.models import (
     CACHE_BREAKPOINT_KEY,
     AnthropicChatModel,
@@ -344,7 +344,7 @@ def test_the_turn_runner_marks_the_summary_and_the_adapter_puts_the_breakpoint_t
         CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
     )
     with (
-        SessionService() as service,
+        SessionService(MemoryStore()) as service,
         AnthropicChatModel(
             "claude-test", base_url=server.url, api_key="k", max_retries=0, cache_prompt=True
         ) as model,
@@ -399,7 +399,7 @@ def test_the_docs_examples_mark_the_summary_by_hand(server, capsys, monkeypatch)
         CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
     )
     with (
-        SessionService() as service,
+        SessionService(MemoryStore()) as service,
         AnthropicChatModel(
             "claude-test", base_url=server.url, api_key="k", max_retries=0, cache_prompt=True
         ) as model,
