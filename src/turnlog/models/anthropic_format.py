@@ -145,8 +145,9 @@ def to_anthropic_cached(
        cache when it starts the same way).
 
     A block that two of these fall on carries one marker. Only markers are added: the blocks
-    and their order are those of `to_anthropic_messages`, so the prompt's bytes, which the
-    cache matches, do not depend on where the breakpoints are.
+    and their order are those of `to_anthropic_messages`, so the content the cache matches is
+    the same wherever the breakpoints fall (the last one moves every request, as the API's
+    multi-turn caching expects).
 
     Returns:
         (the system prompt as a list of one text block, or None when there is none; the list
