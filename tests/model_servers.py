@@ -282,11 +282,13 @@ def anthropic_events(
     tool_uses: list[tuple[str, str, list[str]]] = (),
     *,
     model: str = "claude-test-2025",
+    usage: dict | None = None,
 ) -> list[tuple[str | None, Any]]:
-    """A streamed reply as the Messages API sends it (named SSE events)."""
+    """A streamed reply as the Messages API sends it (named SSE events); `usage` is the
+    prompt's counts in message_start."""
     start = anthropic_message(None, model=model, stop_reason="end_turn")
     start["stop_reason"] = None
-    start["usage"] = {
+    start["usage"] = usage or {
         "input_tokens": 10,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 32,

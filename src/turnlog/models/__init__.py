@@ -12,11 +12,13 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 from turnlog.models.base import (
+    CACHE_BREAKPOINT_KEY,
     AsyncChatModelAdapter,
     ChatModelAdapter,
     ChatResponse,
     StreamEvent,
     Usage,
+    with_cache_breakpoint,
 )
 
 if TYPE_CHECKING:
@@ -62,9 +64,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CACHE_BREAKPOINT_KEY",
     "AsyncChatModelAdapter",
     "ChatModelAdapter",
     "ChatResponse",
     "StreamEvent",
     "Usage",
+    "with_cache_breakpoint",
 ]

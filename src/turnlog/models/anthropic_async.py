@@ -18,6 +18,7 @@ from turnlog.models.anthropic_format import (
     AnthropicStream,
     anthropic_tools,
     response_from_anthropic,
+    to_anthropic_cached,
     to_anthropic_messages,
 )
 from turnlog.models.base import ChatResponse, StreamEvent, reply_json
@@ -50,10 +51,15 @@ class AsyncAnthropicChatModel:
         options: further fields of the request body, sent with every call as the API names
             them (through the client's `extra_body`, so any field the server knows works)
             (`{"temperature": 0.2}`).
+        cache_prompt: mark prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`)
+            on the system prompt, at the end of the last message marked with
+            `turnlog.models.CACHE_BREAKPOINT_KEY` (the pinned messages and the summary), and on
+            the last block of the request: at most three of the API's four (see
+            `turnlog.models.anthropic_format.to_anthropic_cached`). False sends no marker.
 
     Raises:
-        InvalidInput: a blank model, `max_tokens` below 1, or `client` together with a
-            setting for building one.
+        InvalidInput: a blank model, `max_tokens` below 1, `cache_prompt` not a bool, or
+            `client` together with a setting for building one.
     """
 
     provider = PROVIDER
@@ -69,11 +75,14 @@ class AsyncAnthropicChatModel:
         max_retries: int | None = None,
         max_tokens: int = 4096,
         options: Mapping[str, Any] | None = None,
+        cache_prompt: bool = False,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput(f"model must be a model name, got {model!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidInput(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        if not isinstance(cache_prompt, bool):
+            raise InvalidInput(f"cache_prompt must be True or False, got {cache_prompt!r}")
         settings: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
         settings["max_retries"] = max_retries
         given = {k: v for k, v in settings.items() if v is not None}
@@ -96,6 +105,7 @@ class AsyncAnthropicChatModel:
         self.client = client
         self.max_tokens = max_tokens
         self.options: dict[str, Any] = dict(options or {})
+        self.cache_prompt = cache_prompt
 
     async def close(self) -> None:
         """Close the client when this model built it (a client you passed stays open)."""
@@ -111,7 +121,11 @@ class AsyncAnthropicChatModel:
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None
     ) -> dict[str, Any]:
-        system, turns = to_anthropic_messages(messages)
+        system: str | list[dict[str, Any]] | None
+        if self.cache_prompt:
+            system, turns = to_anthropic_cached(messages)
+        else:
+            system, turns = to_anthropic_messages(messages)
         request: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "model": self.model,

@@ -16,6 +16,9 @@ The mapping:
   alternate): a tool message and the user message after it become one user turn, its
   tool_result blocks first.
 
+With prompt caching (`to_anthropic_cached`), the same turns carry `cache_control` breakpoints
+on the system prompt, at the end of the stable prefix and on the last block.
+
 Back from the wire, each user turn splits into its tool message (the tool_result blocks) and
 one user message per text block; an assistant turn splits where a text block follows other
 content; tool names are read back from the calls; arguments are written as compact JSON.
@@ -25,19 +28,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from turnlog.events import Message, ToolCall, ToolResult
-from turnlog.models.base import ChatResponse, MalformedReply, Usage, count, field_of
+from turnlog.models.base import (
+    CACHE_BREAKPOINT_KEY,
+    ChatResponse,
+    MalformedReply,
+    Usage,
+    count,
+    field_of,
+)
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
+    "CACHE_CONTROL",
     "AnthropicStream",
     "anthropic_tools",
     "from_anthropic_messages",
     "response_from_anthropic",
+    "to_anthropic_cached",
     "to_anthropic_messages",
 ]
+
+CACHE_CONTROL: Final = "cache_control"
+"""The key of a block's cache breakpoint in the Messages API."""
+
+
+def _ephemeral() -> dict[str, Any]:
+    """A breakpoint's value: a new dict each time, so no two requests share one."""
+    return {"type": "ephemeral"}
 
 
 def _dumps(value: object) -> str:
@@ -73,6 +93,31 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
     return blocks
 
 
+def _convert(
+    messages: Iterable[Message],
+) -> tuple[list[str], list[dict[str, Any]], tuple[int, int] | None]:
+    """The system texts, the turns, and where the stable prefix ends on the wire: the
+    (turn, block) index of the last block sent up to and including the last message marked
+    with `CACHE_BREAKPOINT_KEY` (None when no message is marked, or none sent before it)."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    marked: tuple[int, int] | None = None
+    for m in messages:
+        if m.role == "system":
+            system.append(m.text or "")
+            continue  # the system prompt has a breakpoint of its own
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = _blocks(m)
+        if blocks:  # an empty assistant message is left out: the API refuses empty content
+            if turns and turns[-1]["role"] == role:
+                turns[-1]["content"].extend(blocks)
+            else:
+                turns.append({"role": role, "content": blocks})
+        if m.metadata.get(CACHE_BREAKPOINT_KEY) is True and turns:
+            marked = (len(turns) - 1, len(turns[-1]["content"]) - 1)
+    return system, turns, marked
+
+
 def to_anthropic_messages(
     messages: Iterable[Message],
 ) -> tuple[str | None, list[dict[str, Any]]]:
@@ -81,21 +126,43 @@ def to_anthropic_messages(
     Returns:
         (the system prompt, or None when there is none; the list of user/assistant turns).
     """
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "system":
-            system.append(m.text or "")
-            continue
-        role = "assistant" if m.role == "assistant" else "user"
-        blocks = _blocks(m)
-        if not blocks:
-            continue  # an empty assistant message: the API refuses empty content
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
+    system, turns, _ = _convert(messages)
     return ("\n\n".join(system) if system else None), turns
+
+
+def to_anthropic_cached(
+    messages: Iterable[Message],
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """`messages` as `to_anthropic_messages` sends them, with prompt-cache breakpoints.
+
+    A breakpoint (`"cache_control": {"type": "ephemeral"}`) goes on at most three blocks, under
+    the API's limit of four:
+
+    1. the system prompt, sent as one text block (so the tools and the system prompt are cached);
+    2. the last block sent up to the last non-system message whose metadata holds
+       `CACHE_BREAKPOINT_KEY` set to True (the end of the pinned messages and the summary);
+    3. the last block of the last turn (the whole prompt, which the next request reads from the
+       cache when it starts the same way).
+
+    A block that two of these fall on carries one marker. Only markers are added: the blocks
+    and their order are those of `to_anthropic_messages`, so the content the cache matches is
+    the same wherever the breakpoints fall (the last one moves every request, as the API's
+    multi-turn caching expects).
+
+    Returns:
+        (the system prompt as a list of one text block, or None when there is none; the list
+        of user/assistant turns, marked). The turns are new dicts; the messages are unchanged.
+    """
+    texts, turns, marked = _convert(messages)
+    system = None
+    if texts:
+        system = [{"type": "text", "text": "\n\n".join(texts), CACHE_CONTROL: _ephemeral()}]
+    ends = {marked} if marked is not None else set()
+    if turns:
+        ends.add((len(turns) - 1, len(turns[-1]["content"]) - 1))
+    for turn, block in ends:
+        turns[turn]["content"][block][CACHE_CONTROL] = _ephemeral()
+    return system, turns
 
 
 def anthropic_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any]]:

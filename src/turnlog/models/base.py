@@ -17,7 +17,7 @@ returned (its text is the deltas joined). Tool calls arrive whole, in that final
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol, TypeAlias, runtime_checkable
 
 from turnlog.events import Message
@@ -30,13 +30,21 @@ __all__ = [
     "ChatResponse",
     "StreamEvent",
     "Usage",
+    "with_cache_breakpoint",
 ]
-
 
 CACHE_BREAKPOINT_KEY: Final = "turnlog.cache_breakpoint"
 """Message metadata key: True on the message that ends the prompt's stable prefix (the system
 prompt, the pinned events and the summary). The turn runner sets it on the copy it sends; an
-adapter that supports prompt caching marks a cache breakpoint there."""
+adapter that supports prompt caching marks a cache breakpoint there
+(`AnthropicChatModel(cache_prompt=True)`). Metadata is never sent, so the key itself never
+reaches the provider."""
+
+
+def with_cache_breakpoint(message: Message) -> Message:
+    """A copy of `message` whose metadata marks it as the end of the stable prefix
+    (`CACHE_BREAKPOINT_KEY` set to True); the stored message is left as it was."""
+    return replace(message, metadata={**message.metadata, CACHE_BREAKPOINT_KEY: True})
 
 
 @dataclass(frozen=True, slots=True)
