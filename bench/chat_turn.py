@@ -7,9 +7,9 @@ kinds of turn: a text turn (one model call) and a tool turn (the model calls a t
 runs, its result is stored, a second model call answers).
 
 Each session starts with a long log (100 or 10,000 events of realistic conversation, from
-bench/_harness.py) compacted to a 50-event view; the runner keeps it at 50-60 with a
-trigger that fires past 60 events + `CompactionWindow.last_events(50)`, so the view stays the same size while
-the log keeps growing. The issue's targets: at most 2 ms per turn on the embedded SQLite store
+bench/_harness.py) compacted to a 50-event view; the runner keeps it at 50-60 events (a
+trigger that fires past 60, and `CompactionWindow.last_events(50)`), so the view stays the same
+size while the log keeps growing. The issue's targets: at most 2 ms per turn on the embedded SQLite store
 with a 10,000-event log, and within 1.5x of the same turn on a 100-event log. Contenders are
 interleaved in rounds; medians.
 
@@ -26,6 +26,7 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import tempfile  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from _harness import (  # noqa: E402
@@ -120,7 +121,9 @@ def main() -> None:
             )
             texts = itertools.cycle([words(rng, 20) for _ in range(50)])
 
-            def block(chat: SessionChat = chat, sid: str = session_id) -> int:
+            def block(
+                chat: SessionChat = chat, sid: str = session_id, texts: Iterator[str] = texts
+            ) -> int:
                 chat.send(sid, next(texts))
                 return 1
 
@@ -164,12 +167,11 @@ def main() -> None:
         / samples[f"tool turn, {small:,}-event log"].median
     )
     print()
-    print(
-        f"text turn at {large:,} events: {ms(text_large)} (target <= 2 ms) {verdict(text_large <= 0.002)}"
-    )
-    print(
-        f"{large:,} vs {small:,} events: text {ratio:.2f}x, tool {tool_ratio:.2f}x (target <= 1.5x) {verdict(max(ratio, tool_ratio) <= 1.5)}"
-    )
+    met = verdict(text_large <= 0.002)
+    print(f"text turn at {large:,} events: {ms(text_large)} ms (target <= 2 ms) {met}")
+    met = verdict(max(ratio, tool_ratio) <= 1.5)
+    print(f"{large:,} vs {small:,} events: text {ratio:.2f}x, tool {tool_ratio:.2f}x ", end="")
+    print(f"(target <= 1.5x) {met}")
 
 
 if __name__ == "__main__":
