@@ -10,9 +10,8 @@ Each session starts with a long log (100 or 10,000 events of realistic conversat
 bench/_harness.py) compacted to a 50-event view; the runner keeps it at 50-60 events (a
 trigger that fires past 60, and `CompactionWindow.last_events(50)`), so the view stays the same
 size while the log keeps growing. The issue's targets: at most 2 ms per turn on the embedded
-SQLite store
-with a 10,000-event log, and within 1.5x of the same turn on a 100-event log. Contenders are
-interleaved in rounds; medians.
+SQLite store with a 10,000-event log, and within 1.5x of the same turn on a 100-event log.
+Contenders are interleaved in rounds; medians.
 
     python bench/chat_turn.py [--quick]
 """
