@@ -29,6 +29,7 @@ from turnlog.errors import (
     SessionAlreadyExists,
     SessionNotFound,
     StoreError,
+    ToolRoundsExceeded,
     TurnlogError,
     VersionConflict,
 )
@@ -64,6 +65,17 @@ _LAZY_STORES = frozenset(
 )
 
 
+# The turn runner and its records: loaded on first use (the runner brings the tools module,
+# which runs async tools, and so asyncio).
+_LAZY_CHAT = {
+    "SessionChat": "turnlog.chat",
+    "AsyncSessionChat": "turnlog.chat_async",
+    "Tool": "turnlog.tools",
+    "ChatTurn": "turnlog.turns",
+    "ToolRun": "turnlog.turns",
+}
+
+
 def __getattr__(name: str) -> object:
     # The server stores load their drivers only when asked for, and the async stores asyncio.
     # They stay out of __all__, so that `from turnlog import *` works on an install without
@@ -72,6 +84,10 @@ def __getattr__(name: str) -> object:
         from turnlog import stores
 
         return getattr(stores, name)
+    if name in _LAZY_CHAT:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY_CHAT[name]), name)
     raise AttributeError(f"module 'turnlog' has no attribute {name!r}")
 
 
@@ -113,6 +129,7 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "ToolResult",
+    "ToolRoundsExceeded",
     "TurnCountTrigger",
     "TurnlogError",
     "VersionConflict",
