@@ -403,3 +403,23 @@ def test_blank_text_and_bad_ids_are_refused_before_anything_is_written(harness):
     with pytest.raises(InvalidInput):
         chat.send("s", "hi", request_id="")
     assert harness.service.find("s") is None
+
+
+def test_a_new_turn_after_one_cut_short_closes_the_calls_it_left_open(harness):
+    def hang(n: int) -> int:
+        """Hang."""
+        raise Crash()
+
+    model = harness.model([calls(("hang", {"n": 1}, "c1"), ("hang", {"n": 2}, "c2")), "fine"])
+    chat = harness.make(model, tools=[hang])
+    with pytest.raises(Crash):
+        chat.send("s", "first")  # no request id: it cannot be resumed
+    turn = chat.send("s", "second")
+    assert turn.text == "fine"
+    messages = log_messages(harness, "s")
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    closing = messages[2].tool_results
+    assert [r.call_id for r in closing] == ["c1", "c2"] and all(r.is_error for r in closing)
+    assert "interrupted" in closing[0].content
+    assert violations(messages) == []
+    assert violations(model.calls[-1]) == []

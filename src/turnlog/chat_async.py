@@ -277,6 +277,12 @@ class AsyncSessionChat:
     ) -> list[SessionEvent]:
         """Append the system prompt (when it changed) and the user message."""
         opened: list[SessionEvent] = []
+        unanswered = _open_calls(view)
+        if unanswered:  # a turn cut short left calls open: close them before a new message
+            closing = Message.tool([_interrupted(c) for c in unanswered])
+            opened.append(
+                await self.service.append_message(session_id, closing, event_id=ids.closing)
+            )
         if self.system is not None and _latest_system(view) != self.system:
             opened.append(
                 await self.service.append_message(
@@ -423,6 +429,32 @@ def _not_run(call: ToolCall, limit: int) -> ToolResult:
         f"not run: this turn reached its limit of {limit} tool rounds (max_tool_rounds)",
         is_error=True,
     )
+
+
+def _interrupted(call: ToolCall) -> ToolResult:
+    return ToolResult(
+        call.id,
+        call.name,
+        "not run: the turn that made this call was interrupted before the tool's result was "
+        "stored",
+        is_error=True,
+    )
+
+
+def _open_calls(view: Sequence[SessionEvent]) -> list[ToolCall]:
+    """The calls of the view's last assistant message that no later tool result answers."""
+    answered: set[str] = set()
+    for event in reversed(view):
+        message = event.message
+        if message is None:
+            continue
+        if message.role == "tool":
+            answered.update(r.call_id for r in message.tool_results)
+        elif message.role == "assistant":
+            return [c for c in message.tool_calls if c.id not in answered]
+        elif message.role != "system":
+            return []
+    return []
 
 
 def _reply(stored: list[SessionEvent]) -> Message:

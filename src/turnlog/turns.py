@@ -85,7 +85,8 @@ class TurnIds:
     With a request id the prefix is derived from the session and the request (`rq-` and 24 hex
     digits of a hash), so a `send` retried with the same request id writes the same ids, and the
     store's rule that a stored id is not appended twice makes the retry a no-op; without one,
-    the prefix is random. Suffixes: `-s` the system prompt, `-u` the user message, `-a{n}` the
+    the prefix is random. Suffixes: `-x` the results closing calls an earlier, interrupted turn
+    left open, `-s` the system prompt, `-u` the user message, `-a{n}` the
     assistant message of model call n (from 0), `-t{n}` the tool results answering it.
     """
 
@@ -105,6 +106,11 @@ class TurnIds:
     def system(self) -> str:
         """The system prompt's event id."""
         return f"{self.prefix}-s"
+
+    @property
+    def closing(self) -> str:
+        """The id of the tool message that closes calls an interrupted turn left open."""
+        return f"{self.prefix}-x"
 
     @property
     def user(self) -> str:
