@@ -61,8 +61,8 @@ CHAT_EXAMPLE: Final = (
 CHAT_DETAILS: Final = (
     "Each line of stdin is one user message (a terminal gets a `> ` prompt); end with EOF "
     "(Ctrl-D). --message sends one message and exits. The session is created when it does not "
-    "exist (and a SQLite file too). The API key is read from the environment only: $TURNLOG_API_KEY "
-    "if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY; a server given by --base-url that "
+    "exist (and a SQLite file too). The API key is read from the environment only: "
+    "$TURNLOG_API_KEY if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY; a server given by --base-url that "
     "needs no key (Ollama, llama.cpp) gets a placeholder. Compaction after each turn: a window "
     "(--last-turns, --last-events, --token-budget) compacts whenever the view outgrows it, "
     "or only when --if-tokens or --if-turns fires; --summarize has the same model summarize "
@@ -362,13 +362,23 @@ def _failure_text(exc: ModelError | ToolRoundsExceeded) -> str:
     return text
 
 
-class _OneLineWarnings(logging.Handler):
-    """The library's warnings during a chat (a summary cut short, ...) as one line each; the
-    runner's own warning about a failed compaction is left out: the chat prints it itself."""
+class _Warnings(logging.Handler):
+    """Keeps the library's warnings during a turn (a summary cut short, ...), to print after
+    it as one line each; when the compaction failed, the chat's own line says it instead."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.pending: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name != "turnlog.chat":
-            error_line(record.getMessage(), "warning")
+        self.pending.append(record.getMessage())
+
+    def flush_lines(self, *, drop: bool) -> None:
+        """Print what was kept (nothing when `drop`), and forget it."""
+        if not drop:
+            for message in self.pending:
+                error_line(message, "warning")
+        self.pending.clear()
 
 
 def cmd_chat(svc: SessionService, args: argparse.Namespace) -> int:
@@ -378,7 +388,7 @@ def cmd_chat(svc: SessionService, args: argparse.Namespace) -> int:
         0, or 1 when a turn failed (its error was printed and the chat went on).
     """
     settings: ChatSettings = args.chat
-    warnings = _OneLineWarnings(logging.WARNING)
+    warnings = _Warnings()
     library = logging.getLogger("turnlog")
     library.addHandler(warnings)
     try:
@@ -399,15 +409,22 @@ def cmd_chat(svc: SessionService, args: argparse.Namespace) -> int:
             )
             failed = False
             for text in _messages(args):
-                failed |= not _turn(chat, args, text, recorder)
+                failed |= not _turn(chat, args, text, recorder, warnings)
             return 1 if failed else 0
     finally:
         library.removeHandler(warnings)
 
 
-def _turn(chat: SessionChat, args: argparse.Namespace, text: str, recorder: _Recorder) -> bool:
+def _turn(
+    chat: SessionChat,
+    args: argparse.Namespace,
+    text: str,
+    recorder: _Recorder,
+    warnings: _Warnings,
+) -> bool:
     """One turn, printed as it happens; False when it failed (the error line printed)."""
     out = _Printer()
+    warnings.pending.clear()
     try:
         for event in chat.stream(args.session, text):
             if isinstance(event, str):
@@ -417,8 +434,10 @@ def _turn(chat: SessionChat, args: argparse.Namespace, text: str, recorder: _Rec
             elif isinstance(event, ChatTurn):
                 out.end_line()
                 _after(out, event, recorder, args.usage)
+                warnings.flush_lines(drop=event.compaction_error is not None)
     except (ModelError, ToolRoundsExceeded) as exc:
         out.end_line()
+        warnings.flush_lines(drop=False)
         error_line(_failure_text(exc))
         return False
     return True
