@@ -62,12 +62,12 @@ CHAT_DETAILS: Final = (
     "Each line of stdin is one user message (a terminal gets a `> ` prompt); end with EOF "
     "(Ctrl-D). --message sends one message and exits. The session is created when it does not "
     "exist (and a SQLite file too). The API key is read from the environment only: "
-    "$TURNLOG_API_KEY if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY; a server given by --base-url that "
-    "needs no key (Ollama, llama.cpp) gets a placeholder. Compaction after each turn: a window "
-    "(--last-turns, --last-events, --token-budget) compacts whenever the view outgrows it, "
-    "or only when --if-tokens or --if-turns fires; --summarize has the same model summarize "
-    "what leaves the view. A failed model call prints one error line and the chat goes on; "
-    "the exit code is then 1."
+    "$TURNLOG_API_KEY if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY; a server given by "
+    "--base-url that needs no key (Ollama, llama.cpp) gets a placeholder. Compaction after "
+    "each turn: a window (--last-turns, --last-events, --token-budget) compacts whenever the "
+    "view outgrows it, or only when --if-tokens or --if-turns fires; --summarize has the same "
+    "model summarize what leaves the view. A failed model call prints one error line and the "
+    "chat goes on; the exit code is then 1."
 )
 
 PLACEHOLDER_KEY: Final = "no-key"
