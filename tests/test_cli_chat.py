@@ -429,6 +429,7 @@ def test_the_reply_is_printed_while_it_streams(tmp_path, server):
     """As a subprocess: the first delta is on stdout long before the stream ends."""
     server.reply_sse(_openai_chunks(["first ", "second ", "third"]), pause=0.4)
     env = {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
+    env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe is block-buffered: the command flushes
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     argv = [sys.executable, "-m", "turnlog.cli", "--db", str(tmp_path / "c.db"), "chat", "s"]
     argv += ["--model", "m", "--base-url", server.url + "/v1", "--message", "go"]
