@@ -10,6 +10,7 @@ stays out of shell history and the process list.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -305,6 +306,8 @@ def _messages(args: argparse.Namespace) -> Iterator[str]:
         yield args.message
         return
     if sys.stdin.isatty():
+        with contextlib.suppress(ImportError):  # line editing and history at the prompt
+            import readline  # noqa: F401
         while True:
             try:
                 line = input("> ")
