@@ -24,7 +24,6 @@ from turnlog.compaction import (
     ChatModelSummarizer,
     CompactionRequest,
     CompactionResult,
-    CompactionTrigger,
     CompactionWindow,
     CompositeCompactionTrigger,
     TokenCountTrigger,
@@ -135,7 +134,7 @@ class ChatSettings:
     """The key for the client (from the environment, or the placeholder)."""
     window: CompactionWindow | None
     """The compaction window; None never compacts."""
-    triggers: tuple[CompactionTrigger, ...]
+    triggers: tuple[TurnCountTrigger | TokenCountTrigger, ...]
     """--if-tokens and --if-turns; empty: compact whenever the view outgrows the window."""
 
 
@@ -200,7 +199,7 @@ def chat_settings(args: argparse.Namespace) -> ChatSettings:
         window = CompactionWindow.last_turns(args.last_turns)
     elif args.token_budget is not None:
         window = CompactionWindow.token_budget(args.token_budget)
-    triggers: list[CompactionTrigger] = []
+    triggers: list[TurnCountTrigger | TokenCountTrigger] = []
     if args.if_turns is not None:
         triggers.append(TurnCountTrigger(args.if_turns))
     if args.if_tokens is not None:
@@ -222,7 +221,7 @@ def error_line(message: str, kind: str = "error") -> None:
 class _Recorder:
     """The trigger the runner gets: asks the real one, and keeps the tokens of the view it saw."""
 
-    def __init__(self, trigger: CompactionTrigger | None) -> None:
+    def __init__(self, trigger: CompositeCompactionTrigger | None) -> None:
         self.trigger = trigger
         self.before = 0
 
@@ -230,9 +229,7 @@ class _Recorder:
         self.before = view_tokens(request.view)
         if self.trigger is None:
             return True  # a window alone: the strategy leaves a view that fits unchanged
-        fired = self.trigger(request)
-        assert isinstance(fired, bool)  # the blocking triggers of chat_settings
-        return fired
+        return self.trigger(request)
 
 
 class _Printer:
