@@ -18,7 +18,9 @@ from turnlog.cli import main
 from turnlog.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["demo", "import", "sessions", "show", "compact", "delete", "expire", "migrate"]
+COMMANDS = [
+    "demo", "import", "sessions", "show", "compact", "chat", "delete", "expire", "migrate"
+]  # fmt: skip
 DEMO_SESSIONS = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary"]
 
 

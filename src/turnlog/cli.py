@@ -21,6 +21,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from turnlog.cli_chat import (
+    CHAT_DETAILS,
+    CHAT_EXAMPLE,
+    CHAT_SUMMARY,
+    add_chat_arguments,
+    chat_settings,
+    cmd_chat,
+    error_line,
+)
 from turnlog.cli_demo import cmd_demo
 from turnlog.cli_render import (
     dumps,
@@ -339,6 +348,7 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
      "turnlog show demo-summary\n  turnlog show demo-summary --log"),
     ("compact", _cmd_compact, "compact a session with a window, optionally only if a trigger fires",
      "turnlog compact support-42 --last-turns 10 --if-tokens 8000"),
+    ("chat", cmd_chat, CHAT_SUMMARY, CHAT_EXAMPLE),
     ("delete", _cmd_delete, "delete a session and its whole log",
      "turnlog delete support-42"),
     ("expire", _cmd_expire, "delete every session whose expiry has passed",
@@ -360,6 +370,7 @@ _DETAILS = {
     "it, visibly.",
     "show": "--view (the default) lists what the model is sent. --log lists every event: "
     "covered ones left the view but stay in the log; BOUNDARY lines are compactions.",
+    "chat": CHAT_DETAILS,
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
     "both it runs when either fires. Nothing is written when the view already fits.",
 }
@@ -419,6 +430,7 @@ def _parser() -> argparse.ArgumentParser:
     show = commands["show"].add_mutually_exclusive_group()
     show.add_argument("--view", action="store_true", help="what the model is sent (default)")
     show.add_argument("--log", action="store_true", help="every event, covered ones marked")
+    add_chat_arguments(commands["chat"])
     compact = commands["compact"]
     window = compact.add_mutually_exclusive_group(required=True)
     window.add_argument("--last-events", type=int, metavar="N", help="keep the last N events")
@@ -430,7 +442,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"turnlog: error: {visible(' '.join(message.split()))}", file=sys.stderr)
+    error_line(message)
     return code
 
 
@@ -465,10 +477,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import":  # a bad file must not even create the database
             args.conversations = read_conversations(Path(args.file))
             _import_ids(args, len(args.conversations[1]))
+        if args.command == "chat":  # a bad option or a missing key opens nothing
+            args.chat = chat_settings(args)
         if args.command == "migrate":
             return _cmd_migrate(None, args)
         path = args.target.path
-        if path is not None and args.command not in ("demo", "import") and not path.exists():
+        if (
+            path is not None
+            and args.command not in ("demo", "import", "chat")
+            and not path.exists()
+        ):
             return _fail(f"no turnlog database at {where}: run `turnlog demo` or pass --db PATH", 1)
         with SessionService(args.target.open()) as svc:
             code: int = args.handler(svc, args)

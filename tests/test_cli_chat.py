@@ -1,0 +1,454 @@
+"""`turnlog chat` against real local servers speaking the OpenAI and Anthropic wire formats
+(tests/model_servers.py), on real SQLite files; in-process, and once as a subprocess to see the
+reply arrive while the stream is still open."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from model_servers import (
+    ScriptedServer,
+    anthropic_error,
+    anthropic_events,
+    anthropic_message,
+    openai_chunks,
+    openai_completion,
+    openai_error,
+)
+from turnlog import EventType, SessionService, SqliteStore
+from turnlog.cli import _parser, main
+from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings
+from turnlog.cli_render import view_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY_VARIABLES = ("TURNLOG_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def _anthropic_events(deltas, tool_uses=(), *, input_tokens=10):
+    events = anthropic_events(deltas, tool_uses)
+    events[0][1]["message"]["usage"]["input_tokens"] = input_tokens
+    return events
+
+
+def _openai_chunks(deltas, tool_calls=(), *, input_tokens=42):
+    usage = {"prompt_tokens": input_tokens, "completion_tokens": 7, "total_tokens": 0}
+    return openai_chunks(deltas, tool_calls, usage=usage)
+
+
+PROVIDERS = {
+    # name: (URL suffix, stream builder, reply builder, error builder, key variable)
+    "openai": ("/v1", _openai_chunks, openai_completion, openai_error, "OPENAI_API_KEY"),
+    "anthropic": (
+        "",
+        _anthropic_events,
+        anthropic_message,
+        lambda status, text: anthropic_error("api_error", text),
+        "ANTHROPIC_API_KEY",
+    ),
+}
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (*KEY_VARIABLES, "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "TURNLOG_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TURNLOG_DB", raising=False)
+
+
+@pytest.fixture(params=sorted(PROVIDERS))
+def provider(request):
+    return request.param
+
+
+def chat(capsys, monkeypatch, db, server, provider, *options, stdin=""):
+    """`turnlog --db DB chat ... --provider P --base-url SERVER` in-process, `stdin` piped."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    suffix = PROVIDERS[provider][0]
+    argv = ["--db", db, "chat", *options, "--provider", provider]
+    argv += ["--base-url", server.url + suffix, "--retries", "0"]
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stream(server, provider, deltas, *calls, **kw):
+    """Script a streamed reply: text deltas, then (call id, tool name, argument pieces)."""
+    server.reply_sse(PROVIDERS[provider][1](deltas, list(calls), **kw))
+
+
+def log_of(db, session_id):
+    with SessionService(SqliteStore(db)) as svc:
+        return svc.events(session_id), svc.view(session_id)
+
+
+def sent_key(provider, request):
+    """The key a request carried (this anthropic client sends it as a bearer token too)."""
+    if "x-api-key" in request.headers:
+        return request.headers["x-api-key"]
+    return request.headers["authorization"].removeprefix("Bearer ")
+
+
+def assert_one_error_line(err, text):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("turnlog: error: ") and "Traceback" not in err
+    assert text in lines[0], err
+
+
+# -- a conversation ----------------------------------------------------------------------------
+
+
+def test_a_piped_conversation_is_streamed_and_stored(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    monkeypatch.setenv(PROVIDERS[provider][4], "sk-from-env")
+    stream(server, provider, ["Hel", "lo, ", "Ada."])
+    stream(server, provider, ["Paris ", "is in France."])
+    stream(server, provider, ["You asked ", "about Paris."])
+    stdin = "hello, I am Ada\nwhere is Paris?\n\nwhat did I ask?\n"  # the blank line is skipped
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider,
+        "s1", "--model", "m-test", "--system", "Be brief.", "--usage", stdin=stdin,
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert err == ""
+    replies = ["Hello, Ada.", "Paris is in France.", "You asked about Paris."]
+    assert [line for line in out.splitlines() if not line.startswith("[")] == replies
+    assert out.count("[usage: ") == 3
+    assert "[usage: 10 input tokens" in out or "[usage: 42 input tokens" in out
+    # the log, read back from the same file: the system prompt once, then three turns
+    log, view = log_of(db, "s1")
+    assert [(e.role, e.message.text) for e in log] == [
+        ("system", "Be brief."),
+        ("user", "hello, I am Ada"),
+        ("assistant", "Hello, Ada."),
+        ("user", "where is Paris?"),
+        ("assistant", "Paris is in France."),
+        ("user", "what did I ask?"),
+        ("assistant", "You asked about Paris."),
+    ]
+    assert [e.id for e in view] == [e.id for e in log]  # nothing compacted
+    # every request carried the key from the environment, the model, and the whole history
+    assert len(server.requests) == 3
+    assert {sent_key(provider, r) for r in server.requests} == {"sk-from-env"}
+    last = server.requests[-1].body
+    assert last["model"] == "m-test" and last["stream"] is True
+    texts = str(last["messages"])
+    assert "hello, I am Ada" in texts and "Paris is in France." in texts
+    system = last["system"] if provider == "anthropic" else last["messages"][0]["content"]
+    assert "Be brief." in str(system)
+
+
+def test_one_message_with_message_option_and_the_session_goes_on(
+    tmp_path, server, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    for reply in ("one", "two"):
+        stream(server, "openai", [reply])
+        code, out, err = chat(
+            capsys, monkeypatch, db, server, "openai",
+            "s1", "--model", "m", "--message", f"say {reply}", stdin="ignored\n",
+        )  # fmt: skip
+        assert (code, out, err) == (0, reply + "\n", "")
+    log, _ = log_of(db, "s1")
+    assert [e.message.text for e in log] == ["say one", "one", "say two", "two"]
+    assert len(server.requests[-1].body["messages"]) == 3  # the second run saw the first turn
+
+
+def test_tool_calls_are_shown_and_answered_with_an_error_result(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    stream(server, provider, ["Let me look. "], ("call_1", "get_weather", ['{"city"', ': "Oslo"}']))
+    stream(server, provider, ["I have no tools."])
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider, "s1", "--model", "m", stdin="weather?\n"
+    )
+
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Let me look. "
+    assert re.fullmatch(r'\[tool get_weather\(\{"city": ?"Oslo"\}\) -> error: .*\]', lines[1])
+    assert "no tool named 'get_weather'" in lines[1]
+    assert lines[2] == "I have no tools."
+    log, _ = log_of(db, "s1")
+    assert [e.role for e in log] == ["user", "assistant", "tool", "assistant"]
+    assert log[2].message.tool_results[0].is_error
+
+
+def test_what_the_model_streams_is_printed_safely(tmp_path, server, capsys, monkeypatch):
+    stream(server, "openai", ["bold \x1b]0;owned\x07", " line one\nline two"])
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, "openai", "s", "--model", "m",
+        stdin="hi\n",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out == "bold \\x1b]0;owned\\x07 line one\nline two\n"
+
+
+# -- compaction --------------------------------------------------------------------------------
+
+
+def test_a_compaction_line_when_the_token_trigger_fires(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    # The provider reports the prompt's tokens: small after the first turn, large after the
+    # second, so the trigger (which trusts the report) fires after the second turn only.
+    stream(server, provider, ["First answer."], input_tokens=10)
+    stream(server, provider, ["Second answer."], input_tokens=500)
+    stream(server, provider, ["Third answer."], input_tokens=20)
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider,
+        "s1", "--model", "m", "--if-tokens", "100", "--last-turns", "1",
+        stdin="question one\nquestion two\nquestion three\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == ["First answer.", "Second answer."]
+    found = re.fullmatch(
+        r"\[compacted: 2 events left the view; ([\d,]+) -> ([\d,]+) "
+        r"(o200k tokens|tokens \(est\.\))\]",
+        lines[2],
+    )
+    assert found, out
+    assert lines[3:] == ["Third answer."]  # 20 reported tokens: no second compaction
+    log, view = log_of(db, "s1")
+    assert [e.type for e in log].count(EventType.COMPACTION) == 1
+    # the numbers printed are the view's tokens before and after, as `turnlog show` counts them
+    boundary = next(i for i, e in enumerate(log) if e.type == EventType.COMPACTION)
+    before, after = (int(n.replace(",", "")) for n in found.groups()[:2])
+    assert before == view_tokens(log[:boundary])
+    assert after == view_tokens([e for e in view if e.seq < log[boundary].seq])
+    assert after < before
+    # the model was sent the compacted view on the third turn
+    third = str(server.requests[-1].body["messages"])
+    assert "question one" not in third and "question two" in third
+
+
+def test_summarize_and_a_turn_trigger(tmp_path, server, provider, capsys, monkeypatch):
+    db = tmp_path / "c.db"
+    stream(server, provider, ["A1"])
+    stream(server, provider, ["A2"])
+    server.reply_json(PROVIDERS[provider][2]("The user asked q1; the answer was A1."))
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider,
+        "s1", "--model", "m", "--if-turns", "1", "--last-turns", "1", "--summarize",
+        stdin="q1\nq2\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert out.splitlines()[:2] == ["A1", "A2"]
+    assert re.fullmatch(
+        r"\[compacted: 2 events left the view, summary of 2 messages; [\d,]+ -> [\d,]+ .*\]",
+        out.splitlines()[2],
+    ), out
+    assert len(out.splitlines()) == 3
+    _, view = log_of(db, "s1")
+    assert any(e.synthetic and "answer was A1" in (e.message.text or "") for e in view)
+    assert "stream" not in server.requests[-1].body  # the summary call is not streamed
+
+
+def test_a_failed_compaction_is_a_warning_and_the_reply_stands(
+    tmp_path, server, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    stream(server, "openai", ["A1"])
+    stream(server, "openai", ["A2"])
+    server.reply_json(openai_error(500, "summarizer down"), 500)
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, "openai",
+        "s1", "--model", "m", "--last-turns", "1", "--summarize", stdin="q1\nq2\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert out == "A1\nA2\n"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("turnlog: warning: compaction after this turn failed")
+    assert "HTTP 500" in lines[0]
+    log, _ = log_of(db, "s1")
+    assert [e.message.text for e in log] == ["q1", "A1", "q2", "A2"]  # nothing of it written
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [401, 500])
+def test_a_provider_error_is_one_line_and_the_chat_goes_on(
+    tmp_path, server, provider, status, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
+    monkeypatch.setenv(PROVIDERS[provider][4], "sk-bad")
+    server.reply_json(PROVIDERS[provider][3](status, "nope"), status)
+    stream(server, provider, ["Back again."])
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider, "s1", "--model", "m", stdin="q1\nq2\n"
+    )
+
+    assert code == 1  # a turn failed
+    assert_one_error_line(err, f"HTTP {status}")
+    assert "no reply was stored (your message stays in the log)" in err
+    if status == 401:
+        assert PROVIDERS[provider][4] in err and "api_key=" not in err
+    assert "sk-bad" not in err + out
+    assert out == "Back again.\n"
+    log, _ = log_of(db, "s1")
+    assert [(e.role, e.message.text) for e in log] == [
+        ("user", "q1"),
+        ("user", "q2"),
+        ("assistant", "Back again."),
+    ]
+
+
+def test_one_message_that_fails_exits_1(tmp_path, server, capsys, monkeypatch):
+    server.reply_json(openai_error(500, "down"), 500)
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, "openai",
+        "s1", "--model", "m", "--message", "hi",
+    )  # fmt: skip
+    assert (code, out) == (1, "")
+    assert_one_error_line(err, "failed on the provider's side (HTTP 500)")
+
+
+# -- the API key -------------------------------------------------------------------------------
+
+
+def test_there_is_no_api_key_option(tmp_path, capsys):
+    code = main(["--db", str(tmp_path / "c.db"), "chat", "s", "--model", "m", "--api-key", "sk"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "unrecognized arguments: --api-key sk" in err
+    assert "--api-key" not in _parser().format_help()
+    assert not (tmp_path / "c.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, PLACEHOLDER_KEY),  # a --base-url server that may need no key
+        ({"KEY": "sk-provider"}, "sk-provider"),
+        ({"KEY": "sk-provider", "TURNLOG_API_KEY": "sk-turnlog"}, "sk-turnlog"),
+    ],
+)
+def test_the_key_comes_from_the_environment(
+    tmp_path, server, provider, env, expected, capsys, monkeypatch
+):
+    for name, value in env.items():
+        monkeypatch.setenv(PROVIDERS[provider][4] if name == "KEY" else name, value)
+    stream(server, provider, ["ok"])
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, provider,
+        "s", "--model", "m", "--message", "hi",
+    )  # fmt: skip
+    assert (code, out, err) == (0, "ok\n", "")
+    assert sent_key(provider, server.requests[-1]) == expected
+
+
+def test_no_key_and_no_base_url_is_refused_before_anything_opens(tmp_path, provider, capsys):
+    db = tmp_path / "c.db"
+    code = main(["--db", str(db), "chat", "s", "--model", "m", "--provider", provider])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert_one_error_line(err, f"no API key: set {PROVIDERS[provider][4]}")
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--if-tokens", "100"], "needs a window to keep"),
+        (["--summarize"], "--summarize needs a window"),
+        (["--last-turns", "0"], "--last-turns must be above 0"),
+        (["--message", "  "], "--message needs some text"),
+        (["--retries", "-1"], "--retries must be 0 or more"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_opens(
+    tmp_path, options, message, capsys, monkeypatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk")
+    db = tmp_path / "c.db"
+    code = main(["--db", str(db), "chat", "s", "--model", "m", *options])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert_one_error_line(err, message)
+    assert not db.exists()
+
+
+# -- help and the reply as it arrives -------------------------------------------------------
+
+
+def test_the_help_examples_are_valid_and_the_first_one_runs(tmp_path, server, capsys, monkeypatch):
+    assert main(["chat", "--help"]) == 0
+    out = capsys.readouterr().out
+    examples = [line.strip() for line in out.split("Example:", 1)[1].strip().splitlines()]
+    assert len(examples) == 3
+    monkeypatch.setenv("OPENAI_API_KEY", "sk")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk")
+    for example in examples:
+        words = shlex.split(example.split(" | ")[-1])
+        assert words[:2] == ["turnlog", "chat"], example
+        chat_settings(_parser().parse_args(words[1:]))  # raises on a bad combination
+    # the first one (Ollama's address swapped for the test server's) really chats
+    words = shlex.split(examples[0])[1:]
+    words[words.index("--base-url") + 1] = server.url + "/v1"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    stream(server, "openai", ["Hi from llama."])
+    assert main(["--db", str(tmp_path / "c.db"), *words]) == 0
+    assert capsys.readouterr().out == "Hi from llama.\n"
+    assert server.requests[-1].body["model"] == "llama3.2"
+
+
+def test_the_reply_is_printed_while_it_streams(tmp_path, server):
+    """As a subprocess: the first delta is on stdout long before the stream ends."""
+    server.reply_sse(_openai_chunks(["first ", "second ", "third"]), pause=0.4)
+    env = {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
+    env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe is block-buffered: the command flushes
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "turnlog.cli", "--db", str(tmp_path / "c.db"), "chat", "s"]
+    argv += ["--model", "m", "--base-url", server.url + "/v1", "--message", "go"]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        seen = b""
+        while b"first" not in seen:
+            chunk = os.read(proc.stdout.fileno(), 100)
+            assert chunk, proc.stderr.read()
+            seen += chunk
+        first_at = time.monotonic()
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ended_at = time.monotonic()
+    assert proc.returncode == 0, err
+    assert (seen + rest).decode() == "first second third\n"
+    # the server sleeps 0.4 s after each of the 4 events that follow the first delta: the
+    # first delta was printed before they came
+    assert ended_at - first_at > 1.2, (first_at - started, ended_at - started)
