@@ -1,0 +1,82 @@
+"""docs/chat.md and the README's chat example: they run, against a real local server speaking
+the OpenAI wire format in place of Ollama."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from model_servers import ScriptedServer, openai_chunks, openai_completion
+from turnlog import SessionChat, SessionService, SqliteStore
+from turnlog.models import OpenAIChatModel
+
+ROOT = Path(__file__).parent.parent
+OLLAMA = "http://localhost:11434/v1"
+
+
+def blocks(path):
+    return re.findall(r"```python\n(.*?)```", (ROOT / path).read_text("utf-8"), re.S)
+
+
+def block_with(path, text):
+    [found] = [b for b in blocks(path) if text in b]
+    return found
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("path", ["docs/chat.md", "README.md"])
+def test_the_first_conversation_runs_and_resumes_from_the_file(
+    path, server, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    code = block_with(path, "def get_weather").replace(OLLAMA, server.url + "/v1")
+    assert server.url in code  # the example points at Ollama's OpenAI API
+    server.reply_json(openai_completion(None, [("call_1", "get_weather", '{"city": "Oslo"}')]))
+    server.reply_json(openai_completion("Oslo: 18 degrees and clear."))
+    exec(code, {})
+    assert capsys.readouterr().out.strip().endswith("Oslo: 18 degrees and clear.")
+    tools = server.requests[0].body["tools"]
+    assert tools[0]["function"]["name"] == "get_weather"
+    assert server.requests[1].body["messages"][-1]["content"] == "Oslo: 18 degrees C, clear"
+    with SessionService(SqliteStore(tmp_path / "turnlog.db")) as service:
+        roles = [m.role for m in service.view_messages(service.sessions()[0].id)]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_the_tool_schema_example_prints_what_its_comment_says(capsys):
+    namespace = {}
+    first = block_with("docs/chat.md", "def get_weather")
+    exec(first.split("model = OpenAIChatModel")[0], namespace)  # the imports and get_weather
+    exec(block_with("docs/chat.md", "Tool.from_function(get_weather)"), namespace)
+    printed = capsys.readouterr().out
+    code = block_with("docs/chat.md", "Tool.from_function(get_weather)")
+    comment = " ".join(line[2:] for line in code.splitlines() if line.startswith("# "))
+    assert printed.strip() == comment
+
+
+def test_the_streaming_and_request_id_examples(server, tmp_path, capsys):
+    namespace = {}
+    first = block_with("docs/chat.md", "def get_weather")
+    exec(first.split("model = OpenAIChatModel")[0], namespace)
+    server.reply_sse(openai_chunks([], [("call_1", "get_weather", ['{"city": "Rome"}'])]))
+    server.reply_sse(openai_chunks(["Rome is ", "sunny."]))
+    server.reply_json(openai_completion("Booked."))
+    with (
+        OpenAIChatModel("m", base_url=server.url + "/v1", api_key="k") as model,
+        SessionService(SqliteStore(tmp_path / "t.db")) as service,
+    ):
+        namespace["chat"] = SessionChat(service, model, tools=[namespace["get_weather"]])
+        exec(block_with("docs/chat.md", "for event in chat.stream("), namespace)
+        out = capsys.readouterr().out
+        assert "[get_weather -> Rome: 18 degrees C, clear]" in out
+        assert "Rome is sunny." in out and "(84 input tokens)" in out  # two calls of 42
+        exec(block_with("docs/chat.md", 'request_id="req-7f3a"'), namespace)
+        assert namespace["turn"].text == "Booked."
+        exec(block_with("docs/chat.md", 'request_id="req-7f3a"'), namespace)
+        assert namespace["turn"].replayed and len(server.requests) == 3
