@@ -143,6 +143,10 @@ def test_the_demo_follow_up_summary_lists_the_files_read_and_modified(db, capsys
     )
     files = {"read": ["runbooks/payment-pool.md"], "modified": ["deploy/checkout-api.yaml"]}
     assert json.dumps({"turnlog.files": files}) in part
+    # docs/cli.md quotes the end of that summary turn as the demo prints it
+    docs = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    quoted = docs.split("## `turnlog demo`", 1)[1].split("```\n", 2)[1]
+    assert printed.endswith(quoted.rstrip("\n"))
     with service(db) as svc:
         log = svc.events("demo-files")
         view = svc.view("demo-files")

@@ -220,9 +220,9 @@ def _follow_up_model() -> ScriptedChatModel:
                         path="deploy/checkout-api.yaml",
                         old="max_size: 10",
                         new="max_size: 100",
-                    ),
+                    )
                 ]
-            ),  # fmt: skip
+            ),
             "Set payment.pool.max_size from 10 to 100 in deploy/checkout-api.yaml: the runbook's "
             "rule gives 204 req/s per pod at peak x 0.24 s x 2 = 98, rounded up to 100. "
             "acquire_ms stays at 3000.",
