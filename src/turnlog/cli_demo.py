@@ -313,8 +313,10 @@ def _follow_up(svc: SessionService, system: str) -> None:
     print(f"deploy/checkout-api.yaml in the temporary folder now says {visible(pool)!r}\n")
     print_log(svc, session_id, fold=True)
     print()
+    if turns[-1].compaction_error is not None:  # the runner logs it and goes on; the demo stops
+        raise turns[-1].compaction_error
     result = turns[-1].compaction
-    assert result is not None  # the runner has a trigger: a failure would have raised above
+    assert result is not None  # the runner has a trigger, and its compaction did not fail
     summary = [e.message for e in result.summary_events if e.message is not None]
     print("the summary turn the ExtractiveSummarizer wrote, in full:")
     _print_messages(summary)
