@@ -122,7 +122,7 @@ def test_the_demo_and_a_server_url_on_a_base_install(tmp_path):
         tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    assert "demo exit 0" in out.stdout and out.stdout.count("BOUNDARY") == 4
+    assert "demo exit 0" in out.stdout and out.stdout.count("BOUNDARY") == 5
     assert (tmp_path / "base.db").exists()
     assert "postgres exit 1" in out.stdout
     assert out.stderr.count("\n") == 1

@@ -15,6 +15,7 @@ import pytest
 
 from turnlog import CompactionBoundary, EventType, SessionService, SqliteStore
 from turnlog.cli import main
+from turnlog.cli_demo import DEMO_FILES
 from turnlog.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,7 @@ COMMANDS = [
     "demo", "import", "sessions", "show", "compact", "chat", "delete", "expire", "migrate"
 ]  # fmt: skip
 DEMO_SESSIONS = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary"]
+ALL_DEMO_SESSIONS = [*DEMO_SESSIONS, "demo-files"]  # the four copies, and the follow-up
 
 
 def run(capsys, *argv):
@@ -70,31 +72,31 @@ def test_demo_prints_log_boundaries_view_and_tokens_saved(db, capsys):
         assert f"=== {session_id}:" in out
         assert f"log of {session_id}" in out
         assert f"view of {session_id}" in out
-    assert out.count("BOUNDARY") == 4
-    assert out.count("tokens saved") == 8  # on each BOUNDARY line, and after each pass
-    assert out.count("the boundary estimates") == 4
+    assert out.count("BOUNDARY") == 5
+    assert out.count("tokens saved") == 10  # on each BOUNDARY line, and after each pass
+    assert out.count("the boundary estimates") == 5
     assert "covered" in out and "preserved" in out and "pinned" in out
     assert "summary    assistant" in out  # the summary turn is in the log and the view
     # the demo names the file it used, and its "try next" commands repeat the --db it was given
-    assert f"The four sessions are in {db}. Try next:" in out
+    assert f"The five sessions are in {db}. Try next:" in out
     assert f"turnlog --db {db} sessions" in out
     assert f"turnlog --db {db} show demo-summary --log" in out
     # the numbers printed are the boundary's
     with service(db) as svc:
-        for session_id in DEMO_SESSIONS:
+        for session_id in ALL_DEMO_SESSIONS:
             log = svc.events(session_id)
             boundary = CompactionBoundary.newest(log)
             assert boundary is not None
             assert f"~{boundary.tokens_estimated_saved:,} tokens saved" in out
     # before -> after lines: the view shrank every time
     pairs = re.findall(r"sent: ([\d,]+) before -> ([\d,]+) after", out)
-    assert len(pairs) == 4
+    assert len(pairs) == 5
     assert all(int(b.replace(",", "")) > int(a.replace(",", "")) for b, a in pairs)
 
 
 def test_demo_compacts_each_window_once_and_the_tool_calls_stay_paired(demo_db):
     with service(demo_db) as svc:
-        assert sorted(s.id for s in svc.sessions()) == sorted(DEMO_SESSIONS)
+        assert sorted(s.id for s in svc.sessions()) == sorted(ALL_DEMO_SESSIONS)
         strategies = set()
         for session_id in DEMO_SESSIONS:
             log = svc.events(session_id)
@@ -123,13 +125,60 @@ def test_demo_compacts_each_window_once_and_the_tool_calls_stay_paired(demo_db):
     }
 
 
+def test_the_demo_follow_up_summary_lists_the_files_read_and_modified(db, capsys):
+    code, out, err = run(capsys, "--db", db, "demo")
+    assert code == 0, err
+    part = out.split("=== demo-files: window:last_turns(1)+summary ===", 1)[1]
+    # the runner ran the scripted model's calls with the real tools, on real files
+    assert "turn 1: ran read_file ok, read_file ok, edit_file ok; no compaction yet" in part
+    assert "turn 2: no tool calls; then the runner compacted" in part
+    assert "deploy/checkout-api.yaml in the temporary folder now says 'max_size: 100'" in part
+    # the printed summary turn ends with its files section
+    printed = part.split("the summary turn the ExtractiveSummarizer wrote, in full:\n", 1)[1]
+    printed = printed.split("\n\n", 1)[0]
+    assert printed.startswith("  User: Remind me what we have covered")
+    assert printed.endswith(
+        "    Files modified:\n"
+        "    - deploy/checkout-api.yaml\n"
+        "    Files read:\n"
+        "    - runbooks/payment-pool.md"
+    )
+    files = {"read": ["runbooks/payment-pool.md"], "modified": ["deploy/checkout-api.yaml"]}
+    assert json.dumps({"turnlog.files": files}) in part
+    # docs/cli.md quotes the end of that summary turn as the demo prints it
+    docs = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    quoted = docs.split("## `turnlog demo`", 1)[1].split("```\n", 2)[1]
+    assert printed.endswith(quoted.rstrip("\n"))
+    with service(db) as svc:
+        log = svc.events("demo-files")
+        view = svc.view("demo-files")
+    # stored: the summary message's metadata holds the files, and its text lists them
+    summary = [e.message for e in log if e.synthetic]
+    assert [m.role for m in summary] == ["user", "assistant"]
+    assert summary[1].metadata["turnlog.files"] == files
+    assert summary[1].text.endswith(
+        "Files modified:\n- deploy/checkout-api.yaml\nFiles read:\n- runbooks/payment-pool.md"
+    )
+    # the tool results the runner stored are what the tools returned from the files
+    results = [r for e in log if e.message for r in e.message.tool_results]
+    assert [(r.name, r.is_error) for r in results] == [
+        ("read_file", False), ("read_file", False), ("edit_file", False)
+    ]  # fmt: skip
+    assert results[1].content == DEMO_FILES["deploy/checkout-api.yaml"]
+    assert "    max_size: 10\n" in results[1].content
+    # turn 1 (six events) left the view; the summary turn and turn 2 are sent
+    assert CompactionBoundary.newest(log).covered_event_count == 6
+    assert [e.seq for e in view] == [1, 11, 12, 8, 9]
+
+
 def test_demo_is_rerunnable(demo_db, capsys):
     code, out, _ = run(capsys, "--db", demo_db, "demo")
     assert code == 0
-    assert out.count("BOUNDARY") == 4
+    assert out.count("BOUNDARY") == 5
     with service(demo_db) as svc:
-        assert len(svc.sessions()) == 4
+        assert len(svc.sessions()) == 5
         assert all(svc.version(s) in (38, 40) for s in DEMO_SESSIONS)
+        assert svc.version("demo-files") == 12
 
 
 def test_turnlog_db_environment_variable_is_the_default(tmp_path, capsys, monkeypatch):
@@ -179,7 +228,7 @@ def test_console_script(tmp_path):
         [script, "--db", str(db), "demo"], capture_output=True, text=True, env=env, timeout=120
     )
     assert demo.returncode == 0, demo.stderr
-    assert demo.stdout.count("BOUNDARY") == 4
+    assert demo.stdout.count("BOUNDARY") == 5
     assert db.exists()
     bad = subprocess.run(
         [script, "--db", str(db), "show", "nope"],
@@ -417,7 +466,7 @@ def test_sessions_lists_ids_and_sizes(demo_db, capsys):
     assert code == 0
     header, *rows = out.strip().splitlines()
     assert header.split()[:2] == ["session", "created"]
-    assert sorted(r.split()[0] for r in rows) == sorted(DEMO_SESSIONS)
+    assert sorted(r.split()[0] for r in rows) == sorted(ALL_DEMO_SESSIONS)
     code, out, _ = run(capsys, "--db", demo_db, "sessions", "--json")
     listed = {s["id"]: s for s in json.loads(out)}
     assert listed["demo-summary"]["version"] == 40
@@ -576,7 +625,7 @@ def test_delete_and_expire(demo_db, capsys):
     code, out, _ = run(capsys, "--db", demo_db, "expire")
     assert out.strip() == "deleted 0 expired sessions"
     with service(demo_db) as svc:
-        assert len(svc.sessions()) == 3
+        assert len(svc.sessions()) == 4
 
 
 # -- help and docs -----------------------------------------------------------------------------

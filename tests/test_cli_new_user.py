@@ -66,7 +66,7 @@ def test_the_demo_names_the_store_url_and_repeats_it(tmp_path, capsys, monkeypat
     assert code == 0, err
     assert "turnlog.db" not in out
     assert f"four sessions of {url};" in " ".join(out.split())
-    assert f"The four sessions are in {url}. Try next:" in out
+    assert f"The five sessions are in {url}. Try next:" in out
     assert f"  turnlog --store '{url}' sessions" in out  # quoted for the shell
     assert f"  turnlog --store '{url}' show demo-summary --log" in out
     assert sessions_in(tmp_path / "via url.db") >= {"demo-summary"}
@@ -78,7 +78,7 @@ def test_the_demo_repeats_the_db_it_was_given(tmp_path, capsys):
     db.parent.mkdir()
     code, out, _ = run(capsys, "--db", db, "demo")
     assert code == 0
-    assert f"The four sessions are in {db}. Try next:" in out
+    assert f"The five sessions are in {db}. Try next:" in out
     assert f"  turnlog --db '{db}' compact demo-last-turns --last-turns 1" in out
 
 
@@ -87,7 +87,7 @@ def test_from_the_environment_the_demo_adds_no_option(tmp_path, capsys, monkeypa
     monkeypatch.setenv("TURNLOG_STORE", f"sqlite:///{db}")
     code, out, _ = run(capsys, "demo")
     assert code == 0
-    assert f"The four sessions are in sqlite:///{db}. Try next:\n  turnlog sessions\n" in out
+    assert f"The five sessions are in sqlite:///{db}. Try next:\n  turnlog sessions\n" in out
 
 
 def test_an_explicit_db_beats_the_environment(tmp_path, capsys, monkeypatch):
@@ -130,7 +130,7 @@ def test_db_and_store_together_are_refused(tmp_path, capsys):
 def test_the_demo_on_memory_says_nothing_is_kept(capsys):
     code, out, _ = run(capsys, "--store", "memory://", "demo")
     assert code == 0
-    assert "The four sessions were in memory://, which keeps nothing" in out
+    assert "The five sessions were in memory://, which keeps nothing" in out
     assert "turnlog --db /tmp/demo.db demo" in out
 
 
@@ -173,10 +173,10 @@ def test_a_postgres_schema_and_libpq_parameters_from_the_url(postgres_dsn, capsy
     try:
         code, out, err = run(capsys, "--store", url, "demo")
         assert code == 0, err
-        assert f"The four sessions are in {url}." in out
+        assert f"The five sessions are in {url}." in out
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             count = conn.execute(f'SELECT count(*) FROM "{schema}".sessions').fetchone()
-        assert count == (4,)
+        assert count == (5,)  # the four copies and demo-files
         code, _, err = run(capsys, "--store", url, "migrate")
         assert code == 0, err
     finally:

@@ -338,7 +338,8 @@ def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
 # -- arguments and errors ----------------------------------------------------------------------
 
 _COMMANDS: list[tuple[str, Handler, str, str]] = [
-    ("demo", cmd_demo, "build a conversation with tool calls, compact it four ways, print it",
+    ("demo", cmd_demo, "build a conversation with tool calls, compact it four ways, print it; "
+     "then a follow-up that edits a file, summarized with its files",
      "turnlog demo\n  turnlog --db /tmp/demo.db demo"),
     ("import", _cmd_import, "import a conversation: OpenAI messages (JSON or JSONL) or ShareGPT",
      "turnlog import chat.json --session support-42\n  turnlog import dataset.jsonl"),

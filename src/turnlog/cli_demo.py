@@ -1,15 +1,22 @@
 """`turnlog demo`: a realistic conversation with tool calls, compacted four ways and printed.
 
 The conversation is a ShareGPT transcript (read by the same code as `turnlog import`); each of
-four sessions holds a copy, compacted once with a different window.
+four sessions holds a copy, compacted once with a different window. A fifth session follows the
+story up through the turn runner (`SessionChat`): a scripted model calls real file tools on a
+temporary folder, and the runner's compaction writes a summary that lists the files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import tempfile
 import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from turnlog.chat import SessionChat
 from turnlog.cli_render import (
     print_log,
     print_result,
@@ -24,17 +31,19 @@ from turnlog.compaction import (
     CompactionTrigger,
     CompactionWindow,
     CompositeCompactionTrigger,
+    ExtractiveSummarizer,
     TokenCountTrigger,
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
-from turnlog.events import Message, SessionEvent
+from turnlog.compaction.files import FILES_METADATA_KEY
+from turnlog.events import EventType, Message, SessionEvent, ToolCall
 from turnlog.importers import sharegpt_messages
 from turnlog.service import SessionService
 from turnlog.testing.fakes import ScriptedChatModel
 from turnlog.text import message_text
 
-__all__ = ["DEMO_SUMMARY", "cmd_demo", "demo_conversation"]
+__all__ = ["DEMO_FILES", "DEMO_SUMMARY", "cmd_demo", "demo_conversation"]
 
 _DEMO_SCRIPT = """
 system        You are Ops Copilot, the on-call assistant of the Acme platform team. Inspect
@@ -149,8 +158,190 @@ def _demo_cases() -> list[tuple[str, WindowCompactionStrategy, CompactionTrigger
     ]  # fmt: skip
 
 
+FILES_SESSION = "demo-files"
+
+DEMO_FILES: dict[str, str] = {
+    "runbooks/payment-pool.md": (
+        "# Sizing the payment client pool\n\n"
+        "Every charge holds one connection for the whole PayLane call, so a pod needs as many\n"
+        "connections as charges in flight at its busiest:\n\n"
+        "    max_size = peak requests/s per pod x p99 charge time x 2 (headroom)\n\n"
+        "rounded up to a multiple of 10. The p99 charge time at PayLane is 0.24 s (dashboard\n"
+        "'paylane-latency', last 30 days). Leave acquire_ms at 3000: callers give up at 3.5 s.\n"
+        "Load-test any change at peak traffic in staging before it ships.\n"
+    ),
+    "deploy/checkout-api.yaml": (
+        "service: checkout-api\n"
+        "image: registry.acme.internal/checkout-api:v2.31.0\n"
+        "replicas: 8\n"
+        "resources:\n"
+        "  cpu: 1500m\n"
+        "  memory: 2Gi\n"
+        "http:\n"
+        "  port: 8080\n"
+        "  timeout_ms: 3500\n"
+        "payment:\n"
+        "  provider: paylane\n"
+        "  endpoint: https://api.paylane.example/v1\n"
+        "  pool:\n"
+        "    max_size: 10\n"
+        "    acquire_ms: 3000\n"
+        "  retries: 0\n"
+    ),
+}
+"""The files of the follow-up's temporary folder, which its `read_file` and `edit_file` see."""
+
+_FOLLOW_UP_TURNS = (
+    "Morning. I've picked up OPS-1287: size the payment pool in deploy/checkout-api.yaml the way "
+    "the runbook says.",
+    "Thanks. Anything else before we re-ship v2.31?",
+)
+
+
+def _call(n: int, name: str, **arguments: str) -> ToolCall:
+    return ToolCall(f"call_{n}", name, json.dumps(arguments))
+
+
+def _follow_up_model() -> ScriptedChatModel:
+    """The scripted model of the follow-up: two reads at once, an edit, then two answers."""
+    return ScriptedChatModel(
+        [
+            Message.assistant(
+                tool_calls=[
+                    _call(1, "read_file", path="runbooks/payment-pool.md"),
+                    _call(2, "read_file", path="deploy/checkout-api.yaml"),
+                ]
+            ),
+            Message.assistant(
+                tool_calls=[
+                    _call(
+                        3,
+                        "edit_file",
+                        path="deploy/checkout-api.yaml",
+                        old="max_size: 10",
+                        new="max_size: 100",
+                    )
+                ]
+            ),
+            "Set payment.pool.max_size from 10 to 100 in deploy/checkout-api.yaml: the runbook's "
+            "rule gives 204 req/s per pod at peak x 0.24 s x 2 = 98, rounded up to 100. "
+            "acquire_ms stays at 3000.",
+            "Yes: load-test v2.31.0 with the new pool at peak traffic (1,630 req/s) in staging, "
+            "then re-ship it with OPS-1287 linked in the release notes.",
+        ]
+    )
+
+
+def _file_tools(root: Path) -> list[Callable[..., str]]:
+    """`read_file` and `edit_file` over the files under `root` (nothing outside it)."""
+
+    def inside(path: str) -> Path:
+        target = (root / path).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"{path} is outside the repository")
+        return target
+
+    def read_file(path: str) -> str:
+        """Read a text file of the deploy repository.
+
+        Args:
+            path: the file, relative to the repository's root.
+        """
+        return inside(path).read_text(encoding="utf-8")
+
+    def edit_file(path: str, old: str, new: str) -> str:
+        """Replace a piece of text that occurs once in a file of the deploy repository.
+
+        Args:
+            path: the file, relative to the repository's root.
+            old: the text to replace; it must occur exactly once.
+            new: the text to put in its place.
+        """
+        target = inside(path)
+        text = target.read_text(encoding="utf-8")
+        found = text.count(old)
+        if found != 1:
+            raise ValueError(f"{old!r} occurs {found} times in {path}, not once")
+        target.write_text(text.replace(old, new, 1), encoding="utf-8")
+        return f"edited {path}: 1 replacement"
+
+    return [read_file, edit_file]
+
+
+def _follow_up(svc: SessionService, system: str) -> None:
+    """The fifth session: two turns through `SessionChat` with file tools, then a summary that
+    lists the files read and modified. Prints the log and the summary turn."""
+    session_id = FILES_SESSION
+    summarizer = ExtractiveSummarizer()
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarizer)
+    svc.delete(session_id)
+    svc.create(session_id, metadata={"demo": True, "strategy": strategy.name})
+    print(f"\n=== {session_id}: {strategy.name} ===")
+    note = (
+        "The next morning the story goes on in a fifth session, run by the turn runner "
+        "(turnlog.chat.SessionChat): a scripted model calls two real Python tools, read_file "
+        "and edit_file, on a temporary folder. After each turn the runner compacts once the "
+        "view holds more than 1 turn: it keeps the last turn and the ExtractiveSummarizer (no "
+        "model) writes the summary, with the files the tool calls read and modified."
+    )
+    print(textwrap.fill(note, width()) + "\n")
+    with tempfile.TemporaryDirectory(prefix="turnlog-demo-") as folder:
+        root = Path(folder)
+        for name, text in DEMO_FILES.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text, encoding="utf-8")
+        chat = SessionChat(
+            svc,
+            _follow_up_model(),
+            system=system,
+            tools=_file_tools(root),
+            trigger=TurnCountTrigger(1),
+            strategy=strategy,
+        )
+        turns = [chat.send(session_id, text) for text in _FOLLOW_UP_TURNS]
+        edited = (root / "deploy/checkout-api.yaml").read_text(encoding="utf-8")
+    for n, turn in enumerate(turns, 1):
+        ran = ", ".join(
+            f"{r.call.name} {'error' if r.result.is_error else 'ok'}" for r in turn.tool_runs
+        )
+        compacted = turn.compaction is not None and not turn.compaction.unchanged
+        print(
+            f"turn {n}: {'ran ' + ran if ran else 'no tool calls'}; "
+            + ("then the runner compacted" if compacted else "no compaction yet")
+        )
+    pool = next(line.strip() for line in edited.splitlines() if "max_size" in line)
+    print(f"deploy/checkout-api.yaml in the temporary folder now says {visible(pool)!r}\n")
+    print_log(svc, session_id, fold=True)
+    print()
+    if turns[-1].compaction_error is not None:  # the runner logs it and goes on; the demo stops
+        raise turns[-1].compaction_error
+    result = turns[-1].compaction
+    assert result is not None  # the runner has a trigger, and its compaction did not fail
+    summary = [e.message for e in result.summary_events if e.message is not None]
+    print("the summary turn the ExtractiveSummarizer wrote, in full:")
+    _print_messages(summary)
+    recorded = {FILES_METADATA_KEY: summary[-1].metadata.get(FILES_METADATA_KEY)}
+    print("\nits metadata keeps the files for the next pass, whatever the text keeps:")
+    print("  " + visible(json.dumps(recorded, ensure_ascii=False)) + "\n")
+    # the view before the runner compacted: every message before the (first) boundary
+    log = svc.events(session_id)
+    cut = next(e.seq or 0 for e in log if e.type == EventType.COMPACTION)
+    before = view_tokens([e for e in log if e.message is not None and (e.seq or 0) < cut])
+    print_result(result, before, view_tokens(svc.view(session_id)))
+
+
+def _print_messages(messages: Sequence[Message]) -> None:
+    """Print messages in full, each line of their text wrapped to the terminal."""
+    for m in messages:
+        for n, line in enumerate(visible(message_text(m), layout=True).splitlines()):
+            first = "  " if n == 0 else "    "  # a message's later lines, and every wrapped
+            rest = "    " if n == 0 else "      "  # line, indented under its first
+            print(textwrap.fill(line, width(), initial_indent=first, subsequent_indent=rest))
+
+
 def cmd_demo(svc: SessionService, args: argparse.Namespace) -> int:
-    """Store the demo conversation in four sessions, compact each once, print what happened.
+    """Store the demo conversation in four sessions, compact each once, print what happened;
+    then run the follow-up through `SessionChat` in a fifth session and print its summary turn.
 
     `args.target` is the store in use: its `name` is printed, its `again` option (e.g.
     `--db /tmp/demo.db`) is repeated in the commands suggested at the end.
@@ -167,7 +358,8 @@ def cmd_demo(svc: SessionService, args: argparse.Namespace) -> int:
         f"({len(conversation)} messages: a system prompt, {turns} turns, {calls} tool calls). "
         f"The conversation is stored in four sessions of {visible(target.name)}; each copy is "
         "compacted once with a different window. A compaction never changes the log: it "
-        "appends a boundary that names the events the model sees from then on."
+        "appends a boundary that names the events the model sees from then on. A fifth "
+        "session follows the story up with file tools, and its summary lists the files."
     )
     print(textwrap.fill(intro, width()))
     for n, (session_id, strategy, trigger, note) in enumerate(_demo_cases()):
@@ -188,13 +380,14 @@ def cmd_demo(svc: SessionService, args: argparse.Namespace) -> int:
         print()
         if result.summary:
             print("the summary turn the scripted model wrote, in full:")
-            for m in result.summary:
-                print(textwrap.fill(visible(message_text(m)), width(), initial_indent="  ",
-                                    subsequent_indent="    "))  # fmt: skip
+            _print_messages(result.summary)
             print()
         if result.unchanged:
             print("unchanged: nothing left the view")
         print_result(result, before, view_tokens(svc.view(session_id)))
+    system = conversation[0].text
+    assert system is not None  # the script starts with its system prompt
+    _follow_up(svc, system)
     print("\n" + _next_steps(target))
     return 0
 
@@ -203,7 +396,7 @@ def _next_steps(target: argparse.Namespace) -> str:
     """Where the sessions are, and commands to try next on the same store."""
     if target.memory:
         return (
-            f"The four sessions were in {target.name}, which keeps nothing once the command "
+            f"The five sessions were in {target.name}, which keeps nothing once the command "
             "ends. Run the demo on a file to look at them afterwards:\n"
             "  turnlog --db /tmp/demo.db demo\n"
             "  turnlog --db /tmp/demo.db show demo-summary --log"
@@ -211,9 +404,10 @@ def _next_steps(target: argparse.Namespace) -> str:
     again = " ".join(shlex.quote(part) for part in target.again)
     turnlog = visible(f"turnlog {again}" if again else "turnlog")
     lines = [
-        f"The four sessions are in {visible(target.name)}. Try next:",
+        f"The five sessions are in {visible(target.name)}. Try next:",
         f"  {turnlog} sessions",
         f"  {turnlog} show demo-summary --log",
+        f"  {turnlog} show {FILES_SESSION} --log --json",
         f"  {turnlog} compact demo-last-turns --last-turns 1",
         f"  {turnlog} import FILE      (OpenAI chat messages as JSON or JSONL, or ShareGPT)",
     ]
