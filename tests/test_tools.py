@@ -68,7 +68,7 @@ def test_the_schema_comes_from_the_signature_and_the_description_from_the_docstr
                 "description": "at most this many paths (continued on a second line).",
             },
             "kind": {
-                "enum": ["file", "dir"],
+                "enum": ["dir", "file"],
                 "default": "file",
                 "description": "files or directories.",
             },
