@@ -194,6 +194,8 @@ class SessionChat:
             view.extend(opened)
             stored = [*stored, *opened]
         replayed = _finished(stored[-1])
+        if self.tool_search is not None and not replayed:
+            self.tool_search.prepare(session_id, self._references)
         call = sum(1 for e in stored if e.role == "assistant")
         responses: list[ChatResponse] = []
         runs: list[ToolRun] = []
@@ -323,8 +325,7 @@ class SessionChat:
 
     def _offered(self, session_id: str) -> list[ToolReference] | None:
         """The tool definitions to send: every tool, or the search tool and what it found."""
-        if self.tool_search is not None:
-            self.tool_search.prepare(session_id, self._references)
+        if self.tool_search is not None:  # prepared once per turn, in _turn
             return self.tool_search.offered_tools(session_id)
         return self._references or None
 

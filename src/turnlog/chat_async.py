@@ -205,6 +205,8 @@ class AsyncSessionChat:
             view.extend(opened)
             stored = [*stored, *opened]
         replayed = _finished(stored[-1])
+        if self.tool_search is not None and not replayed:
+            self.tool_search.prepare(session_id, self._references)
         call = sum(1 for e in stored if e.role == "assistant")
         responses: list[ChatResponse] = []
         runs: list[ToolRun] = []
@@ -338,8 +340,7 @@ class AsyncSessionChat:
 
     async def _offered(self, session_id: str) -> list[ToolReference] | None:
         """The tool definitions to send: every tool, or the search tool and what it found."""
-        if self.tool_search is not None:
-            self.tool_search.prepare(session_id, self._references)
+        if self.tool_search is not None:  # prepared once per turn, in _turn
             return await self.tool_search.offered_tools(session_id)
         return self._references or None
 
