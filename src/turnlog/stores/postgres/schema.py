@@ -34,12 +34,16 @@ def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None
     Raises:
         CorruptData: the schema holds tables of something else.
     """
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s "
-        "AND tablename = 'schema_version')",
-        (schema,),
-    ).fetchone()
-    if row is not None and row[0]:
+    # One statement, so one snapshot: reading "is there a schema_version table" and "which
+    # tables are there" apart would let another process's migration commit in between and
+    # make a half-seen turnlog schema look like someone else's tables.
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+        )
+    ]
+    if "schema_version" in tables:
         found = conn.execute(
             compose("SELECT max(version) FROM {s}.schema_version", schema)
         ).fetchone()
@@ -48,12 +52,6 @@ def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None
                 f"PostgreSQL schema {schema!r}: the turnlog schema version is missing"
             )
         return found[0]
-    tables = [
-        r[0]
-        for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
-        )
-    ]
     if tables:
         raise CorruptData(
             f"PostgreSQL schema {schema!r} holds tables of something else "

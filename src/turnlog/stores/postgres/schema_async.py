@@ -32,14 +32,16 @@ async def _installed_version(conn: psycopg.AsyncConnection[Any], schema: str) ->
     Raises:
         CorruptData: the schema holds tables of something else.
     """
-    row = await (
-        await conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = %s "
-            "AND tablename = 'schema_version')",
-            (schema,),
+    # One statement, so one snapshot: reading "is there a schema_version table" and "which
+    # tables are there" apart would let another process's migration commit in between and
+    # make a half-seen turnlog schema look like someone else's tables.
+    tables = [
+        r[0]
+        async for r in await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
         )
-    ).fetchone()
-    if row is not None and row[0]:
+    ]
+    if "schema_version" in tables:
         found = await (
             await conn.execute(compose("SELECT max(version) FROM {s}.schema_version", schema))
         ).fetchone()
@@ -48,12 +50,6 @@ async def _installed_version(conn: psycopg.AsyncConnection[Any], schema: str) ->
                 f"PostgreSQL schema {schema!r}: the turnlog schema version is missing"
             )
         return found[0]
-    tables = [
-        r[0]
-        async for r in await conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
-        )
-    ]
     if tables:
         raise CorruptData(
             f"PostgreSQL schema {schema!r} holds tables of something else "
