@@ -96,10 +96,6 @@ def _check_both(
     return trigger, strategy
 
 
-def _version_conflict(session_id: str) -> VersionConflict:
-    return VersionConflict(session_id, -1, -1)
-
-
 # -- async --------------------------------------------------------------------------------
 
 
@@ -108,7 +104,7 @@ async def _store_async(
 ) -> None:
     if plan.events:
         await service.get_or_create(session_id)
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             version = await service.version(session_id)
             try:
                 await service.append_events(
@@ -116,9 +112,8 @@ async def _store_async(
                 )
                 break
             except VersionConflict:
-                continue
-        else:
-            raise _version_conflict(session_id)
+                if attempt == _ATTEMPTS - 1:
+                    raise
     for message, key in plan.fresh:
         mark(message, session_id, key)
 
@@ -280,15 +275,14 @@ class TurnlogHistory(AbstractCapability[Any]):
 def _store(service: SessionService, session_id: str, plan: _Plan, check_rules: bool) -> None:
     if plan.events:
         service.get_or_create(session_id)
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             version = service.version(session_id)
             try:
                 service.append_events(session_id, plan.events, version, check_rules=check_rules)
                 break
             except VersionConflict:
-                continue
-        else:
-            raise _version_conflict(session_id)
+                if attempt == _ATTEMPTS - 1:
+                    raise
     for message, key in plan.fresh:
         mark(message, session_id, key)
 
