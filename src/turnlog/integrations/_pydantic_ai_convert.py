@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from pydantic_ai.messages import (
@@ -37,7 +37,7 @@ __all__ = [
     "UNSHOWN",
     "events_for",
     "message_key",
-    "stored_key",
+    "stored_keys",
     "to_model_messages",
 ]
 
@@ -73,16 +73,17 @@ def message_key(session_id: str, dumped: Mapping[str, Any]) -> str:
     return digest.hexdigest()[:40]
 
 
-def mark(message: ModelMessage, session_id: str, key: str) -> None:
-    """Remember on the object that `session_id` holds it under `key`."""
-    message.__dict__[_MARK] = (session_id, key)
+def mark(message: ModelMessage, session_id: str, *keys: str) -> None:
+    """Remember on the object that `session_id` holds it, under `keys` (several for a request
+    merged from several stored ones, none for one turnlog made)."""
+    message.__dict__[_MARK] = (session_id, keys)
 
 
-def stored_key(message: ModelMessage, session_id: str) -> str | None:
-    """The key `session_id` holds `message` under, if the object says so."""
+def stored_keys(message: ModelMessage, session_id: str) -> tuple[str, ...] | None:
+    """The keys `session_id` holds `message` under, if the object says it holds it."""
     found = message.__dict__.get(_MARK)
     if isinstance(found, tuple) and len(found) == 2 and found[0] == session_id:
-        return str(found[1])
+        return tuple(found[1])
     return None
 
 
@@ -260,7 +261,9 @@ def to_model_messages(
     while index < len(view):
         share = view[index].metadata.get(META_KEY)
         if not isinstance(share, Mapping):
-            out.append(_synthetic(view[index]))
+            made = _synthetic(view[index])
+            mark(made, session_id)
+            out.append(made)
             index += 1
             continue
         key = share["key"]
@@ -280,4 +283,24 @@ def to_model_messages(
             rebuilt = load({**share["message"], "parts": [part for _, part in group]})
         mark(rebuilt, session_id, key)
         out.append(rebuilt)
+    return _merge_requests(session_id, out)
+
+
+def _merge_requests(session_id: str, messages: list[ModelMessage]) -> list[ModelMessage]:
+    """Consecutive requests merged into one, tool returns first, as pydantic-ai merges a history
+    it is given (so it has nothing left to merge, and the objects it keeps are these)."""
+    out: list[ModelMessage] = []
+    for message in messages:
+        before = out[-1] if out else None
+        if not (isinstance(message, ModelRequest) and isinstance(before, ModelRequest)):
+            out.append(message)
+            continue
+        keys = (*(stored_keys(before, session_id) or ()), *(stored_keys(message, session_id) or ()))
+        parts = sorted(
+            [*before.parts, *message.parts],
+            key=lambda p: 0 if isinstance(p, ToolReturnPart) else 1,
+        )
+        merged = replace(before, parts=parts)
+        mark(merged, session_id, *keys)
+        out[-1] = merged
     return out

@@ -39,7 +39,7 @@ from turnlog.integrations._pydantic_ai_convert import (
     is_synthetic,
     mark,
     message_key,
-    stored_key,
+    stored_keys,
     to_model_messages,
 )
 from turnlog.service import SessionService
@@ -73,13 +73,15 @@ def _plan(session_id: str, messages: Sequence[ModelMessage]) -> _Plan:
     for message in messages:
         if is_synthetic(message):
             continue
-        key = stored_key(message, session_id)
-        if key is None:
+        keys = stored_keys(message, session_id)
+        if keys is None:
             dumped = dump(message)
             key = message_key(session_id, dumped)
             plan.events.extend(events_for(session_id, message, dumped, key))
             plan.fresh.append((message, key))
-        plan.by_key[key] = message
+            plan.by_key[key] = message
+        elif len(keys) == 1:
+            plan.by_key[keys[0]] = message
     return plan
 
 
