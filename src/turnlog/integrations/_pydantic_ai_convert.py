@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic_ai.messages import (
@@ -30,7 +31,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from turnlog.compaction import sent_events
 from turnlog.events import EventType, JsonValue, Message, SessionEvent, ToolCall, ToolResult
+from turnlog.rules import repair_messages
 
 __all__ = [
     "META_KEY",
@@ -216,7 +219,7 @@ def events_for(
 # -- from turnlog -------------------------------------------------------------------------
 
 
-def _synthetic(message: Message) -> ModelMessage:
+def _synthetic(message: Message, timestamp: datetime) -> ModelMessage:
     """A turnlog-made message (a summary turn, a repair placeholder) as a pydantic-ai message."""
     note: dict[str, Any] = {SYNTHETIC_KEY: dict(message.metadata) or {"synthetic": True}}
     if message.role == "assistant":
@@ -224,12 +227,12 @@ def _synthetic(message: Message) -> ModelMessage:
         response_parts.extend(
             ToolCallPart(c.name, c.arguments, tool_call_id=c.id) for c in message.tool_calls
         )
-        return ModelResponse(parts=response_parts, metadata=note)
+        return ModelResponse(parts=response_parts, metadata=note, timestamp=timestamp)
     request_parts: list[Any]
     if message.role == "system":
-        request_parts = [SystemPromptPart(message.text or "")]
+        request_parts = [SystemPromptPart(message.text or "", timestamp=timestamp)]
     elif message.role == "user":
-        request_parts = [UserPromptPart(message.text or "")]
+        request_parts = [UserPromptPart(message.text or "", timestamp=timestamp)]
     else:
         request_parts = [
             ToolReturnPart(
@@ -237,18 +240,22 @@ def _synthetic(message: Message) -> ModelMessage:
                 r.content,
                 tool_call_id=r.call_id,
                 outcome="failed" if r.is_error else "success",
+                timestamp=timestamp,
             )
             for r in message.tool_results
         ]
-    return ModelRequest(parts=request_parts, metadata=note)
+    return ModelRequest(parts=request_parts, metadata=note, timestamp=timestamp)
 
 
 def to_model_messages(
     session_id: str,
-    view: Sequence[Message],
+    events: Sequence[SessionEvent],
     originals: Mapping[str, ModelMessage] | None = None,
 ) -> list[ModelMessage]:
-    """The view as pydantic-ai messages.
+    """The view (`events`, as `service.view` returns them) as pydantic-ai messages.
+
+    The messages are those `view_messages` sends: the latest system prompt first, repaired by
+    `turnlog.rules.repair_messages` when the log broke a rule.
 
     Consecutive turns of one stored message become that message again: the original object from
     `originals` (by key) when the view holds all its parts, else one rebuilt from the stored form
@@ -256,12 +263,21 @@ def to_model_messages(
     summary, a repair placeholder) become messages whose `metadata` holds the key "turnlog".
     """
     found = originals or {}
+    sent = [e for e in sent_events(events) if e.message is not None]
+    view = repair_messages([e.message for e in sent if e.message is not None])
+    # A turn turnlog made is dated by its event; a repair placeholder by the event before it.
+    when: dict[int, datetime] = {id(e.message): e.timestamp for e in sent if e.timestamp}
+    at = datetime(1970, 1, 1, tzinfo=UTC)
+    stamps: list[datetime] = []
+    for message in view:
+        at = when.get(id(message), at)
+        stamps.append(at)
     out: list[ModelMessage] = []
     index = 0
     while index < len(view):
         share = view[index].metadata.get(META_KEY)
         if not isinstance(share, Mapping):
-            made = _synthetic(view[index])
+            made = _synthetic(view[index], stamps[index])
             mark(made, session_id)
             out.append(made)
             index += 1

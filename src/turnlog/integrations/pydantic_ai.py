@@ -166,7 +166,7 @@ async def load_history_async(
     """
     if await service.find(session_id) is None:
         return []
-    return to_model_messages(session_id, await service.view_messages(session_id))
+    return to_model_messages(session_id, await service.view(session_id))
 
 
 async def _process_async(
@@ -181,7 +181,7 @@ async def _process_async(
     await service.get_or_create(session_id)
     if compaction is not None:
         await service.compact(session_id, compaction[0], compaction[1], retries=2)
-    return to_model_messages(session_id, await service.view_messages(session_id), plan.by_key)
+    return to_model_messages(session_id, await service.view(session_id), plan.by_key)
 
 
 def history_processor(
@@ -318,4 +318,4 @@ def load_history(service: SessionService, session_id: str) -> list[ModelMessage]
     """
     if service.find(session_id) is None:
         return []
-    return to_model_messages(session_id, service.view_messages(session_id))
+    return to_model_messages(session_id, service.view(session_id))
