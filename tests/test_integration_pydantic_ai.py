@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai import Agent
@@ -35,8 +34,8 @@ from turnlog import (
     AsyncSessionService,
     CompactionWindow,
     InvalidInput,
-    Message,
     MemoryStore,
+    Message,
     SessionService,
     SqliteStore,
     TurnCountTrigger,
@@ -99,11 +98,15 @@ def every_part_kind() -> list[ModelMessage]:
             timestamp=T0,
         ),
         ModelResponse(parts=[ThinkingPart("only thinking")], timestamp=T0),
-        ModelRequest(parts=[RetryFeedbackPart(
+        ModelRequest(
+            parts=[
+                RetryFeedbackPart(
                     "please answer with text",
                     retry=RetryInfo("model_retry", attempt=1, max_retries=3),
                     timestamp=T0,
-                )]),
+                )
+            ]
+        ),
         ModelResponse(parts=[TextPart("bonjour")], timestamp=T0),
     ]
 
@@ -295,9 +298,7 @@ def test_history_processor_with_process_history_and_save() -> None:
             history = await load_history_async(service, "p")
             result = await agent.run(prompt, message_history=history)
             await save_history_async(service, "p", result.new_messages())
-            assert as_json(await load_history_async(service, "p")) == as_json(
-                result.all_messages()
-            )
+            assert as_json(await load_history_async(service, "p")) == as_json(result.all_messages())
         check_prompt(await load_history_async(service, "p"))
         roles = [m.role for m in await service.view_messages("p")]
         assert roles.count("user") == 3 and "tool" in roles
@@ -306,7 +307,7 @@ def test_history_processor_with_process_history_and_save() -> None:
     asyncio.run(main())
 
 
-def test_sync_helpers_around_run_sync(tmp_path: Path) -> None:
+def test_sync_helpers_around_a_run(tmp_path: Path) -> None:
     agent = Agent(FunctionModel(tool_model))
 
     @agent.tool_plain
@@ -316,7 +317,8 @@ def test_sync_helpers_around_run_sync(tmp_path: Path) -> None:
     path = str(tmp_path / "sync.db")
     for prompt in ["a", "bb", "ccc"]:
         with SessionService(SqliteStore(path)) as service:
-            result = agent.run_sync(prompt, message_history=load_history(service, "s"))
+            history = load_history(service, "s")
+            result = asyncio.run(agent.run(prompt, message_history=history))
             save_history(service, "s", result.new_messages())
             service.compact(
                 "s", TurnCountTrigger(1), WindowCompactionStrategy(CompactionWindow.last_turns(1))
@@ -351,5 +353,3 @@ def test_trigger_needs_a_strategy() -> None:
     with pytest.raises(InvalidInput, match="both trigger and strategy"):
         history_processor(service, "s", strategy=WindowCompactionStrategy())
     asyncio.run(service.close())
-
-

@@ -70,7 +70,7 @@ def load(dumped: Mapping[str, Any]) -> ModelMessage:
 
 
 def message_key(session_id: str, dumped: Mapping[str, Any]) -> str:
-    """A message's key in a session: a digest of its stored form (so storing it twice is a no-op)."""
+    """A message's key in a session: a digest of its stored form (storing it twice is a no-op)."""
     raw = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(f"{session_id}\0{raw}".encode())
     return digest.hexdigest()[:40]

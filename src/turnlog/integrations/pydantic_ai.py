@@ -154,9 +154,7 @@ async def save_history_async(
     return len(plan.fresh)
 
 
-async def load_history_async(
-    service: AsyncSessionService, session_id: str
-) -> list[ModelMessage]:
+async def load_history_async(service: AsyncSessionService, session_id: str) -> list[ModelMessage]:
     """The session's view as pydantic-ai messages, for `agent.run(..., message_history=...)`.
 
     Returns:
