@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -304,7 +304,8 @@ def to_model_messages(
 
 def _merge_requests(session_id: str, messages: list[ModelMessage]) -> list[ModelMessage]:
     """Consecutive requests merged into one, tool returns first, as pydantic-ai merges a history
-    it is given (so it has nothing left to merge, and the objects it keeps are these)."""
+    it is given (so it has nothing left to merge, and the objects it keeps are these): the later
+    request's timestamp and run, the earlier one's instructions, both requests' metadata."""
     out: list[ModelMessage] = []
     for message in messages:
         before = out[-1] if out else None
@@ -316,7 +317,14 @@ def _merge_requests(session_id: str, messages: list[ModelMessage]) -> list[Model
             [*before.parts, *message.parts],
             key=lambda p: 0 if isinstance(p, ToolReturnPart) else 1,
         )
-        merged = replace(before, parts=parts)
+        merged = ModelRequest(
+            parts=parts,
+            timestamp=message.timestamp or before.timestamp,
+            instructions=before.instructions or message.instructions,
+            run_id=message.run_id or before.run_id,
+            conversation_id=message.conversation_id or before.conversation_id,
+            metadata={**(before.metadata or {}), **(message.metadata or {})} or None,
+        )
         mark(merged, session_id, *keys)
         out[-1] = merged
     return out
