@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
@@ -353,3 +354,56 @@ def test_trigger_needs_a_strategy() -> None:
     with pytest.raises(InvalidInput, match="both trigger and strategy"):
         history_processor(service, "s", strategy=WindowCompactionStrategy())
     asyncio.run(service.close())
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def test_structured_output_with_instructions_over_runs_and_compactions() -> None:
+    async def main() -> None:
+        service = AsyncSessionService(AsyncMemoryStore())
+        memory = TurnlogHistory(
+            service,
+            "o",
+            trigger=TurnCountTrigger(2),
+            strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarize),
+        )
+        agent = Agent(
+            TestModel(), output_type=Answer, instructions="count things", capabilities=[memory]
+        )
+
+        @agent.tool_plain
+        def echo(text: str) -> str:
+            return text
+
+        for prompt in ["a", "b", "c", "d"]:
+            result = await agent.run(prompt, message_history=await load_history_async(service, "o"))
+            assert result.output == Answer(value=0)
+            # What the next run is given is this run's history, field for field.
+            history = await load_history_async(service, "o")
+            assert as_json(history) == as_json(result.all_messages())
+            check_prompt(history)
+        calls = [c.name for m in await service.view_messages("o") for c in m.tool_calls]
+        assert calls[-1] == "final_result"
+        await service.close()
+
+    asyncio.run(main())
+
+
+def test_a_streamed_run_is_completed_by_saving_its_messages() -> None:
+    async def main() -> None:
+        service = AsyncSessionService(AsyncMemoryStore())
+        agent = Agent(TestModel(), output_type=Answer, capabilities=[TurnlogHistory(service, "s")])
+        async with agent.run_stream("one") as stream:
+            assert await stream.get_output() == Answer(value=0)
+        # A stream adds the output tool's return after the run's hooks: save it from the result.
+        await save_history_async(service, "s", stream.all_messages())
+        assert as_json(await load_history_async(service, "s")) == as_json(stream.all_messages())
+        result = await agent.run("two", message_history=await load_history_async(service, "s"))
+        check_prompt(result.all_messages())
+        users = [m.text for m in await service.view_messages("s") if m.role == "user"]
+        assert users == ["one", "two"]
+        await service.close()
+
+    asyncio.run(main())
