@@ -272,7 +272,9 @@ def to_model_messages(
     for message in view:
         at = when.get(id(message), at)
         stamps.append(at)
-    out: list[ModelMessage] = []
+    # Each slot of `out` is a message, or the stored form of one still to validate; all those
+    # are validated at once (one call for the whole view is far cheaper than one per message).
+    out: list[ModelMessage | tuple[str, dict[str, Any]]] = []
     index = 0
     while index < len(view):
         share = view[index].metadata.get(META_KEY)
@@ -294,12 +296,21 @@ def to_model_messages(
         whole = len(group) == share["count"]
         original = found.get(key)
         if whole and original is not None:
-            rebuilt = original
+            mark(original, session_id, key)
+            out.append(original)
         else:
-            rebuilt = load({**share["message"], "parts": [part for _, part in group]})
-        mark(rebuilt, session_id, key)
-        out.append(rebuilt)
-    return _merge_requests(session_id, out)
+            out.append((key, {**share["message"], "parts": [part for _, part in group]}))
+    stored = [slot[1] for slot in out if isinstance(slot, tuple)]
+    loaded = iter(ModelMessagesTypeAdapter.validate_python(stored) if stored else [])
+    messages: list[ModelMessage] = []
+    for slot in out:
+        if isinstance(slot, tuple):
+            message = next(loaded)
+            mark(message, session_id, slot[0])
+            messages.append(message)
+        else:
+            messages.append(slot)
+    return _merge_requests(session_id, messages)
 
 
 def _merge_requests(session_id: str, messages: list[ModelMessage]) -> list[ModelMessage]:
