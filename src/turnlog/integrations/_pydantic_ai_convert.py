@@ -305,9 +305,9 @@ def to_model_messages(
     messages: list[ModelMessage] = []
     for slot in out:
         if isinstance(slot, tuple):
-            message = next(loaded)
-            mark(message, session_id, slot[0])
-            messages.append(message)
+            validated = next(loaded)
+            mark(validated, session_id, slot[0])
+            messages.append(validated)
         else:
             messages.append(slot)
     return _merge_requests(session_id, messages)
