@@ -407,3 +407,17 @@ def test_a_streamed_run_is_completed_by_saving_its_messages() -> None:
         await service.close()
 
     asyncio.run(main())
+
+
+def test_a_request_with_nothing_to_read_is_logged_but_not_sent() -> None:
+    interrupted = ModelRequest(parts=[], state="interrupted", timestamp=T0)
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("hi", timestamp=T0)], timestamp=T0),
+        ModelResponse(parts=[TextPart("hello")], timestamp=T0),
+        interrupted,
+    ]
+    with SessionService(MemoryStore()) as service:
+        save_history(service, "s", messages)
+        (kept,) = [e for e in service.events("s") if e.type == EventType.of("PYDANTIC_AI.MESSAGE")]
+        assert ModelMessagesTypeAdapter.validate_python([kept.payload["message"]]) == [interrupted]
+        assert as_json(load_history(service, "s")) == as_json(messages[:2])
