@@ -1,0 +1,540 @@
+"""turnlog.integrations.langchain: the chat message history and the create_agent middleware.
+
+Real parts only: LangChain's own message types, `create_agent`'s real loop (LangGraph) with a
+scripted `BaseChatModel` written here, LangGraph's `InMemorySaver`, a real SQLite file and the
+memory store. There are no standard tests for `BaseChatMessageHistory` in `langchain-tests`
+(its suites cover chat models, embeddings, tools, retrievers, stores, caches and vector
+stores); the history's behaviours are checked here one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from turnlog import (
+    CompactionWindow,
+    EventType,
+    InvalidInput,
+    MemoryStore,
+    SessionService,
+    SqliteStore,
+    TurnCountTrigger,
+    WindowCompactionStrategy,
+)
+from turnlog.compaction import ExtractiveSummarizer
+from turnlog.integrations.langchain import (
+    CLEAR_STRATEGY,
+    EMPTY_REPLY,
+    TurnlogChatMessageHistory,
+    TurnlogMiddleware,
+    from_turnlog,
+)
+from turnlog.service_async import AsyncSessionService
+from turnlog.stores.memory_async import AsyncMemoryStore
+from turnlog.stores.sqlite_async import AsyncSqliteStore
+from turnlog.testing.contract_async import LoopThread
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def assert_paired(messages: list[BaseMessage]) -> None:
+    """What a provider needs: a user message first (after system ones), every ToolMessage
+    answering an open call of the AIMessage before it, no message while calls are open."""
+    rest = [m for m in messages if not isinstance(m, SystemMessage)]
+    assert rest, "an empty prompt"
+    assert isinstance(rest[0], HumanMessage), f"the prompt starts with {rest[0].type}"
+    open_calls: set[str] = set()
+    for m in rest:
+        if isinstance(m, ToolMessage):
+            assert m.tool_call_id in open_calls, f"orphan tool result {m.tool_call_id}"
+            open_calls.discard(m.tool_call_id)
+            continue
+        assert not open_calls, f"{m.type} message while calls {open_calls} are unanswered"
+        if isinstance(m, AIMessage):
+            open_calls = {c["id"] for c in m.tool_calls if c["id"]}
+
+
+def logged_messages(service: SessionService, session_id: str) -> list[BaseMessage]:
+    """Every message of the log (not the view), as LangChain messages."""
+    return [
+        lc
+        for e in service.events(session_id)
+        if e.message is not None and not e.synthetic
+        for lc in from_turnlog(e.message)
+    ]
+
+
+def every_kind() -> list[BaseMessage]:
+    """One of each message kind, with every field LangChain carries set."""
+    return [
+        SystemMessage("Be brief.", id="s1", additional_kwargs={"cache": True}),
+        HumanMessage(
+            [{"type": "text", "text": "What is in"}, {"type": "image", "url": "https://x/y.png"}],
+            id="h1",
+            name="ann",
+            additional_kwargs={"k": [1, 2]},
+            response_metadata={"r": "x"},
+        ),
+        AIMessage(
+            [{"type": "text", "text": "Let me look."}],
+            id="a1",
+            name="bot",
+            tool_calls=[
+                {"name": "look", "args": {"what": "image", "n": 2}, "id": "c1", "type": "tool_call"},
+                {"name": "size", "args": {}, "id": "c2", "type": "tool_call"},
+            ],
+            additional_kwargs={"refusal": None},
+            response_metadata={"model_name": "m-1", "finish_reason": "tool_calls"},
+            usage_metadata={"input_tokens": 10, "output_tokens": 3, "total_tokens": 13},
+        ),
+        ToolMessage("a cat", tool_call_id="c1", name="look", id="t1", artifact={"box": [1, 2]}),
+        ToolMessage("failed", tool_call_id="c2", name="size", id="t2", status="error"),
+        AIMessage("A cat.", id="a2", response_metadata={"finish_reason": "stop"}),
+        ChatMessage("and now?", role="user", id="u2"),
+        AIMessage("Still a cat.", id="a3"),
+    ]
+
+
+def turn(n: int, call: bool = True) -> list[BaseMessage]:
+    """One user turn: a question, a call and its result, and the answer."""
+    messages: list[BaseMessage] = [HumanMessage(f"question {n}", id=f"h{n}")]
+    if call:
+        messages += [
+            AIMessage("", id=f"c{n}", tool_calls=[{"name": "f", "args": {"n": n}, "id": f"k{n}"}]),
+            ToolMessage(f"result {n}", tool_call_id=f"k{n}", name="f", id=f"t{n}"),
+        ]
+    return [*messages, AIMessage(f"answer {n}", id=f"a{n}")]
+
+
+# -- the history, in every mode ----------------------------------------------------------------
+
+MODES = ["memory", "sqlite", "async-memory", "async-sqlite", "sqlite-async-api"]
+
+
+class Driver:
+    """A history driven through its blocking methods, or through its async ones on a loop."""
+
+    def __init__(self, history: TurnlogChatMessageHistory, loop: LoopThread | None) -> None:
+        self.history = history
+        self.loop = loop
+
+    def add(self, messages: list[BaseMessage]) -> None:
+        if self.loop is None:
+            self.history.add_messages(messages)
+        else:
+            self.loop.run(self.history.aadd_messages(messages))
+
+    def get(self) -> list[BaseMessage]:
+        if self.loop is None:
+            return self.history.messages
+        return self.loop.run(self.history.aget_messages())
+
+    def clear(self) -> None:
+        if self.loop is None:
+            self.history.clear()
+        else:
+            self.loop.run(self.history.aclear())
+
+    def log(self) -> list[Any]:
+        service = self.history._backend.service
+        if isinstance(service, AsyncSessionService):
+            assert self.loop is not None
+            return self.loop.run(service.events(self.history.session_id))
+        return service.events(self.history.session_id)
+
+
+@pytest.fixture(params=MODES)
+def make_history(request, tmp_path):
+    opened: list[Any] = []
+    loop = LoopThread() if request.param != "memory" and request.param != "sqlite" else None
+
+    def make(session_id: str = "s", **options: Any) -> Driver:
+        service: SessionService | AsyncSessionService
+        if request.param == "memory":
+            service = opened[0] if opened else SessionService(MemoryStore())
+        elif request.param in ("sqlite", "sqlite-async-api"):
+            service = SessionService(SqliteStore(tmp_path / "h.db"))
+        elif request.param == "async-memory":
+            service = opened[0] if opened else AsyncSessionService(AsyncMemoryStore())
+        else:
+            service = AsyncSessionService(AsyncSqliteStore(tmp_path / "h.db"))
+        opened.append(service)
+        return Driver(TurnlogChatMessageHistory(session_id, service, **options), loop)
+
+    yield make
+    for service in opened:
+        if isinstance(service, AsyncSessionService):
+            assert loop is not None
+            loop.run(service.close())
+        else:
+            service.close()
+    if loop is not None:
+        loop.stop()
+
+
+def test_every_message_field_comes_back_equal(make_history):
+    history = make_history()
+    sent = every_kind()
+    history.add(sent)
+    assert history.get() == sent
+    again = make_history()  # a new service: for SQLite, the file opened afresh
+    got = again.get()
+    assert got == sent
+    assert [type(m) for m in got] == [type(m) for m in sent]
+    assert got[2].usage_metadata == sent[2].usage_metadata
+    assert got[3].artifact == {"box": [1, 2]}
+
+
+def test_a_session_not_created_yet_has_no_messages_and_clears_to_nothing(make_history):
+    history = make_history("never")
+    assert history.get() == []
+    history.clear()
+    assert history.get() == []
+    assert history.log() == []
+
+
+def test_compaction_after_adds_keeps_calls_and_results_paired(make_history):
+    history = make_history(
+        trigger=TurnCountTrigger(2),
+        strategy=WindowCompactionStrategy(CompactionWindow.last_events(3)),
+    )
+    everything: list[BaseMessage] = []
+    for n in range(1, 7):
+        for message in turn(n):  # one add per message, as a chat loop adds them
+            history.add([message])
+            everything.append(message)
+            view = history.get()
+            if view:
+                assert_paired(view)
+    view = history.get()
+    assert len(view) < len(everything)
+    assert view[-1] == everything[-1]
+    log = history.log()
+    assert sum(e.type == EventType.COMPACTION for e in log) >= 2
+    assert [e.message.metadata["langchain"]["data"]["id"] for e in log if e.message] == [
+        m.id for m in everything
+    ]
+
+
+def test_a_summary_comes_back_as_plain_messages(make_history):
+    history = make_history(
+        trigger=TurnCountTrigger(2),
+        strategy=WindowCompactionStrategy(
+            CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
+        ),
+    )
+    for n in range(1, 4):
+        history.add(turn(n))
+    view = history.get()
+    assert_paired(view)
+    assert isinstance(view[0], HumanMessage) and view[0].id is None  # the shadow prompt
+    assert isinstance(view[1], AIMessage) and "question 1" in view[1].text
+    assert view[2:] == turn(3)
+
+
+def test_clear_empties_the_view_and_keeps_the_log(make_history):
+    history = make_history()
+    history.add(turn(1) + turn(2))
+    history.clear()
+    assert history.get() == []
+    log = history.log()
+    assert len([e for e in log if e.message]) == 8
+    assert log[-1].type == EventType.COMPACTION
+    assert log[-1].payload["strategy"] == CLEAR_STRATEGY
+    assert log[-1].payload["covered_event_count"] == 8
+    history.clear()  # nothing left to clear: nothing appended
+    assert len(history.log()) == len(log)
+    history.add(turn(3))
+    assert history.get() == turn(3)
+
+
+def test_a_message_with_an_id_is_stored_once(make_history):
+    history = make_history()
+    history.add(turn(1, call=False))
+    history.add(turn(1, call=False))
+    assert history.get() == turn(1, call=False)
+    history.add([HumanMessage("no id"), AIMessage("first")])
+    history.add([HumanMessage("no id"), AIMessage("second")])
+    assert [m.text for m in history.get()[2:]] == ["no id", "first", "no id", "second"]
+
+
+def test_an_orphan_tool_message_is_refused_and_nothing_is_written(make_history):
+    history = make_history()
+    history.add(turn(1, call=False))
+    with pytest.raises(InvalidInput, match="not an open call"):
+        history.add([HumanMessage("again"), ToolMessage("x", tool_call_id="nope")])
+    assert history.get() == turn(1, call=False)
+
+
+def test_a_message_while_calls_are_open_is_refused(make_history):
+    history = make_history()
+    history.add(turn(1)[:2])  # the question and the call
+    with pytest.raises(InvalidInput, match="unanswered"):
+        history.add([HumanMessage("never mind")])
+    history.add(turn(1)[2:])
+    assert history.get() == turn(1)
+
+
+def test_an_empty_reply_is_logged_and_left_out_of_the_view(make_history):
+    history = make_history()
+    empty = AIMessage("", id="e1", response_metadata={"finish_reason": "length"})
+    history.add([HumanMessage("hi", id="h"), empty])
+    assert history.get() == [HumanMessage("hi", id="h")]
+    stored = [e for e in history.log() if e.type == EMPTY_REPLY]
+    assert len(stored) == 1 and stored[0].payload["data"]["response_metadata"] == {
+        "finish_reason": "length"
+    }
+
+
+def test_a_message_turnlog_cannot_store_is_refused(make_history):
+    history = make_history()
+    with pytest.raises(InvalidInput, match="RemoveMessage"):
+        history.add([RemoveMessage(id="x")])
+    with pytest.raises(InvalidInput, match="not JSON"):
+        history.add([HumanMessage("hi", additional_kwargs={"when": object()})])
+    assert history.log() == []
+
+
+def test_the_blocking_methods_over_an_async_service_say_what_to_use():
+    history = TurnlogChatMessageHistory("s", AsyncSessionService(AsyncMemoryStore()))
+    with pytest.raises(InvalidInput, match="aget_messages"):
+        _ = history.messages
+    with pytest.raises(InvalidInput, match="aadd_messages"):
+        history.add_messages([HumanMessage("hi")])
+    with pytest.raises(InvalidInput, match="aclear"):
+        history.clear()
+
+
+def test_options_are_checked_up_front():
+    service = SessionService(MemoryStore())
+    with pytest.raises(InvalidInput, match="pass both"):
+        TurnlogChatMessageHistory("s", service, trigger=TurnCountTrigger(2))
+    with pytest.raises(InvalidInput, match="SessionService"):
+        TurnlogChatMessageHistory("s", object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="session id"):
+        TurnlogChatMessageHistory(" ", service)
+
+
+# -- the middleware, in a real create_agent loop -----------------------------------------------
+
+
+class ScriptedChat(BaseChatModel):
+    """A chat model that answers from a script and records every prompt it was sent."""
+
+    replies: list[AIMessage]
+    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        self.prompts.append(list(messages))
+        reply = self.replies[len(self.prompts) - 1]
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def bind_tools(self, tools, **kwargs) -> ScriptedChat:
+        return self
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+CITIES = ["Oslo", "Lima", "Pune", "Kyiv"]
+
+
+def weather_script() -> list[AIMessage]:
+    """For each city: a call of get_weather, then the answer."""
+    replies = []
+    for n, city in enumerate(CITIES):
+        call = {"name": "get_weather", "args": {"city": city}, "id": f"w{n}", "type": "tool_call"}
+        replies += [AIMessage("", tool_calls=[call]), AIMessage(f"It is sunny in {city}.")]
+    return replies
+
+
+def compacting() -> dict[str, Any]:
+    return {
+        "trigger": TurnCountTrigger(2),
+        "strategy": WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    }
+
+
+def texts(messages: list[BaseMessage]) -> list[str]:
+    return [f"{m.type}:{m.text}" for m in messages if not isinstance(m, SystemMessage)]
+
+
+def check_weather_run(model: ScriptedChat, results: list[dict[str, Any]]) -> None:
+    """What the model saw over the four runs of one thread, compacted after three turns."""
+    prompts = model.prompts
+    assert len(prompts) == 8
+    for prompt in prompts:
+        assert isinstance(prompt[0], SystemMessage) and prompt[0].text == "Be terse."
+        assert_paired(prompt)
+    assert texts(prompts[0]) == ["human:Weather in Oslo?"]
+    assert texts(prompts[1]) == ["human:Weather in Oslo?", "ai:", "tool:sunny in Oslo"]
+    # the second run's state holds only its own input: the rest comes from the session
+    assert texts(prompts[2]) == [
+        "human:Weather in Oslo?",
+        "ai:",
+        "tool:sunny in Oslo",
+        "ai:It is sunny in Oslo.",
+        "human:Weather in Lima?",
+    ]
+    # a third turn fires the trigger: the model sees the last turn only
+    assert texts(prompts[4]) == ["human:Weather in Pune?"]
+    assert texts(prompts[6])[0] == "human:Weather in Pune?"
+    assert texts(prompts[7])[-1] == "tool:sunny in Kyiv"
+    assert [r["messages"][-1].text for r in results] == [f"It is sunny in {c}." for c in CITIES]
+
+
+def check_weather_log(service: SessionService, session_id: str, stored: list[BaseMessage]):
+    """Each message of the runs in the log once, equal to the one in the agent's state."""
+    logged = logged_messages(service, session_id)
+    assert logged == stored
+    assert len({m.id for m in logged}) == len(logged) == 16
+    events = service.events(session_id)
+    assert sum(e.type == EventType.COMPACTION for e in events) == 1
+
+
+def test_the_middleware_remembers_across_runs_and_compacts(tmp_path):
+    service = SessionService(SqliteStore(tmp_path / "agent.db"))
+    model = ScriptedChat(replies=weather_script())
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        system_prompt="Be terse.",
+        middleware=[TurnlogMiddleware(service, **compacting())],
+    )
+    config = {"configurable": {"thread_id": "t-1"}}
+    results = [
+        agent.invoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+        for city in CITIES
+    ]
+    check_weather_run(model, results)
+    check_weather_log(service, "t-1", [m for r in results for m in r["messages"]])
+    service.close()
+
+
+def test_the_middleware_beside_a_checkpointer_stores_each_message_once():
+    service = SessionService(MemoryStore())
+    model = ScriptedChat(replies=weather_script())
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        system_prompt="Be terse.",
+        middleware=[TurnlogMiddleware(service, session_id="chat-9", **compacting())],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "thread-x"}}
+    result: dict[str, Any] = {}
+    results = []
+    for city in CITIES:
+        result = agent.invoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+        results.append(result)
+    check_weather_run(model, results)
+    assert len(result["messages"]) == 16  # the state keeps everything; the model saw less
+    check_weather_log(service, "chat-9", result["messages"])
+    assert service.find("thread-x") is None
+
+
+def test_the_middleware_in_async_runs_over_an_async_service(tmp_path):
+    async def main() -> None:
+        service = AsyncSessionService(AsyncSqliteStore(tmp_path / "agent.db"))
+        model = ScriptedChat(replies=weather_script())
+        agent = create_agent(
+            model,
+            tools=[get_weather],
+            system_prompt="Be terse.",
+            middleware=[TurnlogMiddleware(service, **compacting())],
+        )
+        config = {"configurable": {"thread_id": "t-a"}}
+        results = [
+            await agent.ainvoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+            for city in CITIES
+        ]
+        check_weather_run(model, results)
+        await service.close()
+        blocking = SessionService(SqliteStore(tmp_path / "agent.db"))
+        check_weather_log(blocking, "t-a", [m for r in results for m in r["messages"]])
+        blocking.close()
+
+    asyncio.run(main())
+
+
+def test_the_middleware_in_async_runs_over_a_blocking_service(tmp_path):
+    service = SessionService(SqliteStore(tmp_path / "agent.db"))
+    model = ScriptedChat(replies=weather_script())
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        system_prompt="Be terse.",
+        middleware=[TurnlogMiddleware(service, **compacting())],
+    )
+    config = {"configurable": {"thread_id": "t-b"}}
+
+    async def main() -> list[dict[str, Any]]:
+        return [
+            await agent.ainvoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+            for city in CITIES
+        ]
+
+    results = asyncio.run(main())
+    check_weather_run(model, results)
+    check_weather_log(service, "t-b", [m for r in results for m in r["messages"]])
+    service.close()
+
+
+def test_a_run_that_ends_on_a_tool_is_stored_whole():
+    @tool(return_direct=True)
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    service = SessionService(MemoryStore())
+    call = {"name": "lookup", "args": {"key": "k"}, "id": "l1", "type": "tool_call"}
+    model = ScriptedChat(replies=[AIMessage("", tool_calls=[call])])
+    agent = create_agent(model, tools=[lookup], middleware=[TurnlogMiddleware(service)])
+    result = agent.invoke(
+        {"messages": [HumanMessage("Look k up")]}, {"configurable": {"thread_id": "d"}}
+    )
+    assert result["messages"][-1].text == "value of k"
+    assert logged_messages(service, "d") == result["messages"]
+
+
+def test_the_middleware_needs_a_session():
+    service = SessionService(MemoryStore())
+    model = ScriptedChat(replies=[AIMessage("hi")])
+    agent = create_agent(model, middleware=[TurnlogMiddleware(service)])
+    with pytest.raises(InvalidInput, match="thread_id"):
+        agent.invoke({"messages": [HumanMessage("hello")]})
+    assert model.prompts == []
+
+
+def test_a_blocking_run_over_an_async_service_says_what_to_use():
+    agent = create_agent(
+        ScriptedChat(replies=[AIMessage("hi")]),
+        middleware=[TurnlogMiddleware(AsyncSessionService(AsyncMemoryStore()), session_id="s")],
+    )
+    with pytest.raises(InvalidInput, match="ainvoke"):
+        agent.invoke({"messages": [HumanMessage("hello")]})
