@@ -34,6 +34,7 @@ from turnlog import (
     EventType,
     InvalidInput,
     MemoryStore,
+    SessionNotFound,
     SessionService,
     SqliteStore,
     TurnCountTrigger,
@@ -154,11 +155,15 @@ class Driver:
             self.loop.run(self.history.aclear())
 
     def log(self) -> list[Any]:
+        """The session's whole log; empty when the session was never created."""
         service = self.history._backend.service
-        if isinstance(service, AsyncSessionService):
-            assert self.loop is not None
-            return self.loop.run(service.events(self.history.session_id))
-        return service.events(self.history.session_id)
+        try:
+            if isinstance(service, AsyncSessionService):
+                assert self.loop is not None
+                return self.loop.run(service.events(self.history.session_id))
+            return service.events(self.history.session_id)
+        except SessionNotFound:
+            return []
 
 
 @pytest.fixture(params=MODES)

@@ -109,28 +109,29 @@ def _event_id(session_id: str, message_id: str) -> str:
 def _turnlog_message(message: BaseMessage, raw: dict[str, Any]) -> Message | None:
     """`message` as a turnlog `Message` carrying `raw`; None for an empty AI reply."""
     metadata = {RAW_KEY: raw}
+    text = str(message.text)  # a str subclass in langchain-core 1.x: stores take only str
     if isinstance(message, AIMessage):
         calls = [
             ToolCall(c["id"] or "", c["name"], json.dumps(c["args"], ensure_ascii=False))
             for c in message.tool_calls
         ]
-        if not calls and not message.text.strip():
+        if not calls and not text.strip():
             return None
-        return Message("assistant", message.text or None, tuple(calls), metadata=metadata)
+        return Message("assistant", text or None, tuple(calls), metadata=metadata)
     if isinstance(message, ToolMessage):
         result = ToolResult(
-            message.tool_call_id, message.name or "", message.text, message.status == "error"
+            message.tool_call_id, message.name or "", text, message.status == "error"
         )
         return Message("tool", None, tool_results=(result,), metadata=metadata)
     if isinstance(message, HumanMessage):
-        return Message("user", message.text, metadata=metadata)
+        return Message("user", text, metadata=metadata)
     if isinstance(message, SystemMessage):
-        return Message("system", message.text, metadata=metadata)
+        return Message("system", text, metadata=metadata)
     if isinstance(message, ChatMessage):
         role = _CHAT_ROLES.get(message.role.lower(), "user")
-        if role == "assistant" and not message.text.strip():
+        if role == "assistant" and not text.strip():
             return None
-        return Message(role, message.text, metadata=metadata)
+        return Message(role, text, metadata=metadata)
     raise InvalidInput(
         f"a {type(message).__name__} cannot be stored in a turnlog session: store "
         "SystemMessage, HumanMessage, AIMessage, ToolMessage or ChatMessage"
