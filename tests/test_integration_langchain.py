@@ -543,3 +543,26 @@ def test_a_blocking_run_over_an_async_service_says_what_to_use():
     )
     with pytest.raises(InvalidInput, match="ainvoke"):
         agent.invoke({"messages": [HumanMessage("hello")]})
+
+
+def test_a_run_that_fails_in_a_tool_leaves_no_unanswered_call():
+    @tool
+    def explode(what: str) -> str:
+        """Fail."""
+        raise RuntimeError(f"{what} blew up")
+
+    service = SessionService(MemoryStore())
+    call = {"name": "explode", "args": {"what": "it"}, "id": "x1", "type": "tool_call"}
+    model = ScriptedChat(replies=[AIMessage("", tool_calls=[call]), AIMessage("Hello again.")])
+    agent = create_agent(model, tools=[explode], middleware=[TurnlogMiddleware(service)])
+    config = {"configurable": {"thread_id": "boom"}}
+    with pytest.raises(RuntimeError, match="blew up"):
+        agent.invoke({"messages": [HumanMessage("Try it", id="h1")]}, config)
+    result = agent.invoke({"messages": [HumanMessage("Hi", id="h2")]}, config)
+    assert result["messages"][-1].text == "Hello again."
+    assert texts(model.prompts[1]) == ["human:Try it", "human:Hi"]
+    assert texts(logged_messages(service, "boom")) == [
+        "human:Try it",
+        "human:Hi",
+        "ai:Hello again.",
+    ]

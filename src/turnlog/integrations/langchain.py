@@ -502,9 +502,11 @@ class TurnlogMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Before each model call (`before_model`) it stores the state's messages that the session does
     not hold yet, and compacts when a trigger and a strategy were given; the model call
     (`wrap_model_call`) is sent the session's compacted view in place of the state's messages;
-    after it (`after_model`, and `after_agent` for a run that ends on a tool) the new messages
-    are stored too. The agent's state is left as it is: a checkpointer keeps working, and
-    without one the session alone carries the conversation from one run to the next.
+    at the end of the run (`after_agent`) the last reply is stored. So the log takes a model's
+    tool calls together with their results, at the next model call: a run that fails in a tool
+    leaves no unanswered call behind. The agent's state is left as it is: a checkpointer keeps
+    working, and without one the session alone carries the conversation from one run to the
+    next.
 
     The system prompt given to `create_agent` stays the request's own and is not stored.
     Messages are stored under ids derived from their LangChain ids, so storing a message again
@@ -622,18 +624,6 @@ class TurnlogMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return await handler(
             request.override(messages=cast("list[AnyMessage]", view)) if view else request
         )
-
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Store the model's reply."""
-        self._save(state)
-        return None
-
-    async def aafter_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Store the model's reply."""
-        await self._asave(state)
-        return None
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Store what the run added after the last model call (a tool that ends the run)."""
