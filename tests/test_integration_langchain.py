@@ -25,6 +25,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
@@ -99,7 +100,12 @@ def every_kind() -> list[BaseMessage]:
             id="a1",
             name="bot",
             tool_calls=[
-                {"name": "look", "args": {"what": "image", "n": 2}, "id": "c1", "type": "tool_call"},
+                {
+                    "name": "look",
+                    "args": {"what": "image", "n": 2},
+                    "id": "c1",
+                    "type": "tool_call",
+                },
                 {"name": "size", "args": {}, "id": "c2", "type": "tool_call"},
             ],
             additional_kwargs={"refusal": None},
@@ -433,8 +439,7 @@ def test_the_middleware_remembers_across_runs_and_compacts(tmp_path):
     )
     config = {"configurable": {"thread_id": "t-1"}}
     results = [
-        agent.invoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
-        for city in CITIES
+        agent.invoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config) for city in CITIES
     ]
     check_weather_run(model, results)
     check_weather_log(service, "t-1", [m for r in results for m in r["messages"]])
@@ -566,3 +571,45 @@ def test_a_run_that_fails_in_a_tool_leaves_no_unanswered_call():
         "human:Hi",
         "ai:Hello again.",
     ]
+
+
+# -- the history under RunnableWithMessageHistory (deprecated in LangChain, still in use) ------
+
+DEPRECATED = "ignore:RunnableWithMessageHistory is deprecated"
+
+
+@pytest.mark.filterwarnings(DEPRECATED)
+def test_runnable_with_message_history_sends_the_compacted_view(tmp_path):
+    service = SessionService(SqliteStore(tmp_path / "chain.db"))
+    model = ScriptedChat(replies=[AIMessage(f"reply {n}") for n in range(1, 5)])
+    chain = RunnableWithMessageHistory(
+        model,
+        lambda session_id: TurnlogChatMessageHistory(session_id, service, **compacting()),
+    )
+    config = {"configurable": {"session_id": "c-1"}}
+    for n in range(1, 5):
+        chain.invoke([HumanMessage(f"question {n}")], config)
+    assert texts(model.prompts[1]) == ["human:question 1", "ai:reply 1", "human:question 2"]
+    assert texts(model.prompts[3]) == ["human:question 3", "ai:reply 3", "human:question 4"]
+    assert len(logged_messages(service, "c-1")) == 8
+    service.close()
+
+
+@pytest.mark.filterwarnings(DEPRECATED)
+def test_runnable_with_message_history_awaits_an_async_service(tmp_path):
+    async def main() -> None:
+        service = AsyncSessionService(AsyncSqliteStore(tmp_path / "chain.db"))
+        model = ScriptedChat(replies=[AIMessage(f"reply {n}") for n in range(1, 5)])
+        chain = RunnableWithMessageHistory(
+            model,
+            lambda session_id: TurnlogChatMessageHistory(session_id, service, **compacting()),
+        )
+        config = {"configurable": {"session_id": "c-2"}}
+        for n in range(1, 5):
+            await chain.ainvoke([HumanMessage(f"question {n}")], config)
+        assert texts(model.prompts[3]) == ["human:question 3", "ai:reply 3", "human:question 4"]
+        history = TurnlogChatMessageHistory("c-2", service)
+        assert texts(await history.aget_messages()) == [*texts(model.prompts[3]), "ai:reply 4"]
+        await service.close()
+
+    asyncio.run(main())
