@@ -10,6 +10,8 @@ stores); the history's behaviours are checked here one by one.
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -613,3 +615,30 @@ def test_runnable_with_message_history_awaits_an_async_service(tmp_path):
         await service.close()
 
     asyncio.run(main())
+
+
+# -- docs/integrations/langchain.md: its examples run ------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "langchain.md"
+
+
+def doc_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def test_the_agent_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    replies = weather_script()[:4]
+    model = ScriptedChat(replies=replies)
+    exec(compile(doc_blocks()[0], str(DOC), "exec"), {"__name__": "__main__", "model": model})
+    assert texts(model.prompts[2])[:4] == [*texts(model.prompts[1]), "ai:It is sunny in Oslo."]
+    with SessionService(SqliteStore(tmp_path / "agent.db")) as service:
+        assert len(logged_messages(service, "user-42")) == 8
+
+
+def test_the_history_example_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(doc_blocks()[1], str(DOC), "exec"), {"__name__": "__main__"})
+    assert "Hello Ann!" in capsys.readouterr().out
+    with SessionService(SqliteStore(tmp_path / "chat.db")) as service:
+        assert len(logged_messages(service, "user-42")) == 2
