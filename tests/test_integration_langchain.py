@@ -10,7 +10,9 @@ stores); the history's behaviours are checked here one by one.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +216,53 @@ def test_every_message_field_comes_back_equal(make_history):
     assert [type(m) for m in got] == [type(m) for m in sent]
     assert got[2].usage_metadata == sent[2].usage_metadata
     assert got[3].artifact == {"box": [1, 2]}
+
+
+def test_the_turnlog_form_is_what_turnlog_and_other_readers_see(make_history):
+    history = make_history()
+    history.add(every_kind())
+    stored = [e.message for e in history.log()]
+    assert [m.role for m in stored] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert [m.text for m in stored] == [
+        "Be brief.",
+        "What is in",
+        "Let me look.",
+        None,
+        None,
+        "A cat.",
+        "and now?",
+        "Still a cat.",
+    ]
+    calls = stored[2].tool_calls
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in calls] == [
+        ("c1", "look", {"what": "image", "n": 2}),
+        ("c2", "size", {}),
+    ]
+    results = [r for m in stored[3:5] for r in m.tool_results]
+    assert [(r.call_id, r.name, r.content, r.is_error) for r in results] == [
+        ("c1", "look", "a cat", False),
+        ("c2", "size", "failed", True),
+    ]
+    # and read back without the LangChain form, they still make a valid conversation
+    plain = [m for message in stored for m in from_turnlog(replace(message, metadata={}))]
+    assert_paired(plain)
+    assert [type(m) for m in plain] == [type(m) for m in every_kind()[:6]] + [
+        HumanMessage,
+        AIMessage,
+    ]
+    assert plain[4].status == "error" and plain[2].tool_calls[0]["args"] == {
+        "what": "image",
+        "n": 2,
+    }
 
 
 def test_a_session_not_created_yet_has_no_messages_and_clears_to_nothing(make_history):
