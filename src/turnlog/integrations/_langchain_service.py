@@ -23,8 +23,9 @@ from turnlog.tokens import event_tokens
 
 __all__ = ["CLEAR_STRATEGY", "Backend", "Service"]
 
-CLEAR_STRATEGY: Final = "langchain.clear"
-"""The `strategy` named by the boundary that a `clear()` appends."""
+CLEAR_STRATEGY: Final = "clear"
+"""The `strategy` named by the boundary that a `clear()` appends: "clear", as every adapter's
+clearing boundary is named, so they read alike in a log."""
 _TRIES: Final = 8
 
 Service = SessionService | AsyncSessionService
