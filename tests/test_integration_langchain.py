@@ -45,10 +45,13 @@ from turnlog import (
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
-from turnlog.compaction import ExtractiveSummarizer
+from turnlog.compaction import ChatModelSummarizer, ExtractiveSummarizer
+from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT
 from turnlog.integrations.langchain import (
     CLEAR_STRATEGY,
     EMPTY_REPLY,
+    AsyncLangChainChatModel,
+    LangChainChatModel,
     TurnlogChatMessageHistory,
     TurnlogMiddleware,
     from_turnlog,
@@ -691,3 +694,75 @@ def test_the_history_example_runs(tmp_path, monkeypatch, capsys):
     assert "Hello Ann!" in capsys.readouterr().out
     with SessionService(SqliteStore(tmp_path / "chat.db")) as service:
         assert len(logged_messages(service, "user-42")) == 2
+
+
+# -- a summary written by a LangChain model ----------------------------------------------------
+
+
+def summarizing(summary_model: ScriptedChat, use_async: bool = False) -> dict[str, Any]:
+    chat = (
+        AsyncLangChainChatModel(summary_model) if use_async else LangChainChatModel(summary_model)
+    )
+    return {
+        "trigger": TurnCountTrigger(2),
+        "strategy": WindowCompactionStrategy(
+            CompactionWindow.last_turns(1), summarizer=ChatModelSummarizer(chat)
+        ),
+    }
+
+
+def check_summarized_run(model: ScriptedChat, summary_model: ScriptedChat) -> None:
+    assert len(summary_model.prompts) == 1
+    asked = "\n".join(m.text for m in summary_model.prompts[0])
+    assert "Weather in Oslo?" in asked and "sunny in Lima" in asked
+    summary = texts(model.prompts[4])
+    assert summary[1:] == ["ai:Oslo and Lima were sunny.", "human:Weather in Pune?"]
+    assert summary[0] == f"human:{DEFAULT_SHADOW_PROMPT}"
+    for prompt in model.prompts:
+        assert_paired(prompt)
+
+
+def test_the_middleware_compacts_with_a_summary_by_a_langchain_model():
+    service = SessionService(MemoryStore())
+    model = ScriptedChat(replies=weather_script())
+    summary_model = ScriptedChat(replies=[AIMessage("Oslo and Lima were sunny.")])
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        middleware=[TurnlogMiddleware(service, **summarizing(summary_model))],
+    )
+    config = {"configurable": {"thread_id": "sum"}}
+    for city in CITIES:
+        agent.invoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+    check_summarized_run(model, summary_model)
+
+
+def test_an_async_run_summarizes_with_an_async_langchain_model(tmp_path):
+    async def main() -> None:
+        service = AsyncSessionService(AsyncSqliteStore(tmp_path / "sum.db"))
+        model = ScriptedChat(replies=weather_script())
+        summary_model = ScriptedChat(replies=[AIMessage("Oslo and Lima were sunny.")])
+        agent = create_agent(
+            model,
+            tools=[get_weather],
+            middleware=[TurnlogMiddleware(service, **summarizing(summary_model, True))],
+        )
+        config = {"configurable": {"thread_id": "sum"}}
+        for city in CITIES:
+            await agent.ainvoke({"messages": [HumanMessage(f"Weather in {city}?")]}, config)
+        check_summarized_run(model, summary_model)
+        await service.close()
+
+    asyncio.run(main())
+
+
+def test_a_summary_reply_without_text_fails_the_compaction_after_the_add():
+    service = SessionService(MemoryStore())
+    summary_model = ScriptedChat(replies=[AIMessage("")])
+    history = TurnlogChatMessageHistory("s", service, **summarizing(summary_model))
+    history.add_messages(turn(1) + turn(2))
+    with pytest.raises(InvalidInput, match="no text"):
+        history.add_messages(turn(3))
+    # the messages were stored first; the view is not compacted, and nothing else was written
+    assert [m.id for m in history.messages] == [m.id for m in turn(1) + turn(2) + turn(3)]
+    assert all(e.type == EventType.MESSAGE for e in service.events("s"))

@@ -30,6 +30,7 @@ from langchain.agents.middleware import (
     ModelResponse,
 )
 from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
@@ -67,6 +68,8 @@ __all__ = [
     "CLEAR_STRATEGY",
     "EMPTY_REPLY",
     "RAW_KEY",
+    "AsyncLangChainChatModel",
+    "LangChainChatModel",
     "TurnlogChatMessageHistory",
     "TurnlogMiddleware",
     "from_turnlog",
@@ -213,6 +216,59 @@ def _view(messages: Sequence[Message]) -> list[BaseMessage]:
     return [m for message in messages for m in from_turnlog(message)]
 
 
+# -- a LangChain chat model for turnlog's summarizer -------------------------------------------
+
+
+def _reply(reply: BaseMessage) -> Message:
+    text = str(reply.text).strip()
+    if not text:
+        raise InvalidInput(
+            "the LangChain model's summary reply has no text: a summary needs some (check "
+            "the model's settings, e.g. that it is not bound to tools)"
+        )
+    return Message.assistant(text)
+
+
+class LangChainChatModel:
+    """A LangChain chat model as the `ChatModel` that `ChatModelSummarizer` asks for summaries.
+
+    So compaction can summarize with the model the application already has:
+    `ChatModelSummarizer(LangChainChatModel(llm))`. For `AsyncSessionService` (and
+    `TurnlogMiddleware` over it) use `AsyncLangChainChatModel`.
+
+    Args:
+        model: any LangChain chat model (not bound to tools).
+    """
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def complete(self, messages: Sequence[Message]) -> Message:
+        """The model's reply to the summary prompt, as a turnlog assistant message.
+
+        Raises:
+            InvalidInput: the reply has no text.
+            Exception: whatever the model raised.
+        """
+        return _reply(self.model.invoke(_view(messages)))
+
+
+class AsyncLangChainChatModel:
+    """`LangChainChatModel` for `AsyncSessionService`: `complete` awaits `model.ainvoke`."""
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    async def complete(self, messages: Sequence[Message]) -> Message:
+        """The model's reply to the summary prompt, as a turnlog assistant message.
+
+        Raises:
+            InvalidInput: the reply has no text.
+            Exception: whatever the model raised.
+        """
+        return _reply(await self.model.ainvoke(_view(messages)))
+
+
 # -- the chat message history --------------------------------------------------------------------
 
 
@@ -280,6 +336,8 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             InvalidInput: a message turnlog cannot store, or one that breaks a view rule;
                 nothing was written. Also: the history is over an `AsyncSessionService`.
             VersionConflict: other writers kept appending first; nothing was written.
+            Exception: whatever the summarizer raised; the messages are stored, the view is
+                not compacted (the next add tries again).
         """
         events = [to_event(self.session_id, m) for m in messages]
         self._backend.append(self.session_id, events)
@@ -291,6 +349,7 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         Raises:
             InvalidInput: as `add_messages`.
             VersionConflict: as `add_messages`.
+            Exception: as `add_messages`.
         """
         events = [to_event(self.session_id, m) for m in messages]
         await self._backend.aappend(self.session_id, events)
