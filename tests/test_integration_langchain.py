@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -32,6 +33,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from pydantic import Field
 
 from turnlog import (
@@ -766,3 +768,41 @@ def test_a_summary_reply_without_text_fails_the_compaction_after_the_add():
     # the messages were stored first; the view is not compacted, and nothing else was written
     assert [m.id for m in history.messages] == [m.id for m in turn(1) + turn(2) + turn(3)]
     assert all(e.type == EventType.MESSAGE for e in service.events("s"))
+
+
+def test_a_human_in_the_loop_pause_and_rejection_are_stored_in_order():
+    service = SessionService(MemoryStore())
+    calls = [
+        {"name": "get_weather", "args": {"city": "Oslo"}, "id": "w1", "type": "tool_call"},
+        {"name": "get_weather", "args": {"city": "Lima"}, "id": "w2", "type": "tool_call"},
+    ]
+    model = ScriptedChat(replies=[AIMessage("", tool_calls=calls), AIMessage("Oslo is sunny.")])
+    agent = create_agent(
+        model,
+        tools=[get_weather],
+        middleware=[
+            TurnlogMiddleware(service),
+            HumanInTheLoopMiddleware(interrupt_on={"get_weather": True}),
+        ],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "hitl"}}
+    paused = agent.invoke({"messages": [HumanMessage("Weather in Oslo and Lima?")]}, config)
+    assert "__interrupt__" in paused
+    assert texts(logged_messages(service, "hitl")) == ["human:Weather in Oslo and Lima?"]
+    decisions = [{"type": "approve"}, {"type": "reject", "message": "Not Lima."}]
+    result = agent.invoke(Command(resume={"decisions": decisions}), config)
+    assert result["messages"][-1].text == "Oslo is sunny."
+    assert_paired(model.prompts[1])
+    logged = logged_messages(service, "hitl")
+    assert logged == result["messages"]
+    assert [m.type for m in logged] == ["human", "ai", "tool", "tool", "ai"]
+
+
+def test_the_base_class_conveniences_go_through_add_messages():
+    history = TurnlogChatMessageHistory("conv", SessionService(MemoryStore()))
+    history.add_user_message("Hi, I'm Ann.")
+    history.add_ai_message("Hello Ann!")
+    history.add_message(HumanMessage("Bye"))
+    assert texts(history.messages) == ["human:Hi, I'm Ann.", "ai:Hello Ann!", "human:Bye"]
+    assert str(history) == "Human: Hi, I'm Ann.\nAI: Hello Ann!\nHuman: Bye"
