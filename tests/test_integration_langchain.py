@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -806,3 +810,34 @@ def test_the_base_class_conveniences_go_through_add_messages():
     history.add_message(HumanMessage("Bye"))
     assert texts(history.messages) == ["human:Hi, I'm Ann.", "ai:Hello Ann!", "human:Bye"]
     assert str(history) == "Human: Hi, I'm Ann.\nAI: Hello Ann!\nHuman: Bye"
+
+
+def test_without_the_extra_the_import_error_says_what_to_install():
+    child = textwrap.dedent(
+        """
+        import sys
+        from importlib.abc import MetaPathFinder
+
+        class NoLangChain(MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("langchain", "langchain_core", "langgraph"):
+                    raise ImportError(f"No module named {name!r}")
+
+        sys.meta_path.insert(0, NoLangChain())
+        import turnlog  # the base import never needs the extra
+        try:
+            import turnlog.integrations.langchain
+        except ImportError as exc:
+            print(exc)
+        """
+    )
+    src = Path(__file__).resolve().parent.parent / "src"
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'turnlog[langchain]'" in done.stdout

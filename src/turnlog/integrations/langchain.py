@@ -22,30 +22,36 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, cast
 
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ModelCallResult,
-    ModelRequest,
-    ModelResponse,
-)
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    AnyMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    InvalidToolCall,
-    SystemMessage,
-    ToolMessage,
-    message_to_dict,
-    messages_from_dict,
-)
-from langchain_core.messages.tool import ToolCall as LangChainToolCall
-from langgraph.config import get_config
-from langgraph.runtime import Runtime
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        InvalidToolCall,
+        SystemMessage,
+        ToolMessage,
+        message_to_dict,
+        messages_from_dict,
+    )
+    from langchain_core.messages.tool import ToolCall as LangChainToolCall
+    from langgraph.config import get_config
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "turnlog.integrations.langchain needs langchain, langchain-core and langgraph: "
+        "pip install 'turnlog[langchain]'"
+    ) from exc
 
 from turnlog.compaction import (
     CompactionStrategy,
