@@ -3,8 +3,8 @@
 Real parts only: LangChain's own message types, `create_agent`'s real loop (LangGraph) with a
 scripted `BaseChatModel` written here, LangGraph's `InMemorySaver`, a real SQLite file and the
 memory store. There are no standard tests for `BaseChatMessageHistory` in `langchain-tests`
-(its suites cover chat models, embeddings, tools, retrievers, stores, caches and vector
-stores); the history's behaviours are checked here one by one.
+(its suites are for chat models, embeddings, tools, retrievers, key-value stores, caches,
+indexers, vector stores and sandboxes); the history's behaviours are checked here one by one.
 """
 
 from __future__ import annotations
