@@ -1,0 +1,289 @@
+"""TurnlogSession, the Agents SDK `Session` over turnlog, with the SDK's own types and run loop.
+
+Part one ports the SDK's session test cases to the adapter. Their origin, in
+openai/openai-agents-python: tests/memory/test_session.py (commit 063581f5) and
+tests/memory/test_session_limit.py (commit 4ab9228b). Their `SQLiteSession` becomes a
+`TurnlogSession` over a real SQLite file or the memory store, and their `FakeModel` (which the SDK
+keeps in its test folder) becomes the scripted model the SDK ships, `agents.testing.ScriptedModel`.
+SDK cases about SQLiteSession's own internals (its connection pool, its file lock) have nothing to
+port. Part two covers what turnlog adds: byte-for-byte round trips of every item kind, pops and
+clears that never delete, compaction after add_items, and a real run with tools and a compaction.
+"""
+
+import asyncio
+import json
+
+import pytest
+from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents.memory import Session, SessionSettings
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from turnlog import CompactionWindow, InvalidInput, TurnCountTrigger, WindowCompactionStrategy
+from turnlog.integrations.openai_agents import ITEMS_KEY, TurnlogSession
+from turnlog.service_async import AsyncSessionService
+from turnlog.stores.memory_async import AsyncMemoryStore
+from turnlog.stores.sqlite_async import AsyncSqliteStore
+
+set_tracing_disabled(True)
+
+STORES = ["sqlite", "memory"]
+RUNNERS = ["run", "run_sync", "run_streamed"]
+
+
+@pytest.fixture(params=STORES)
+def service(request, tmp_path):
+    store = AsyncSqliteStore(tmp_path / "t.db") if request.param == "sqlite" else AsyncMemoryStore()
+    service = AsyncSessionService(store)
+    yield service
+    asyncio.run(service.close())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def run_agent(runner_method, agent, input_data, **kwargs):
+    """The SDK tests' `run_agent_async`, from a plain test: each method on its own loop."""
+    if runner_method == "run":
+        return run(Runner.run(agent, input_data, **kwargs))
+    if runner_method == "run_sync":  # as the SDK's test does: a loop of its own, closed after
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return Runner.run_sync(agent, input_data, **kwargs)
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    async def streamed():
+        result = Runner.run_streamed(agent, input_data, **kwargs)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    return run(streamed())
+
+
+def text(step):
+    return [assistant_message(step)]
+
+
+# -- part one: the SDK's session tests, ported -----------------------------------------------
+
+
+def test_it_is_an_sdk_session(service):
+    assert isinstance(TurnlogSession("s", service), Session)
+
+
+@pytest.mark.parametrize("runner_method", RUNNERS)
+def test_session_memory_basic_functionality(service, runner_method):
+    session = TurnlogSession("test_session_123", service)
+    model = ScriptedModel([text("San Francisco"), text("California")])
+    agent = Agent(name="test", model=model)
+    result1 = run_agent(runner_method, agent, "What city is the Golden Gate Bridge in?", session=session)
+    assert result1.final_output == "San Francisco"
+    result2 = run_agent(runner_method, agent, "What state is it in?", session=session)
+    assert result2.final_output == "California"
+    assert len(model.last_call.input) > 1
+
+
+@pytest.mark.parametrize("runner_method", RUNNERS)
+def test_session_memory_different_sessions(service, runner_method):
+    model = ScriptedModel([text("I like cats"), text("I like dogs"), text("Yes, cats")])
+    agent = Agent(name="test", model=model)
+    session_1 = TurnlogSession("session_1", service)
+    session_2 = TurnlogSession("session_2", service)
+    run_agent(runner_method, agent, "I like cats", session=session_1)
+    run_agent(runner_method, agent, "I like dogs", session=session_2)
+    result3 = run_agent(runner_method, agent, "What did I say I like?", session=session_1)
+    assert result3.final_output == "Yes, cats"
+    sent = json.dumps(model.last_call.input)
+    assert "I like cats" in sent and "I like dogs" not in sent
+
+
+def test_session_memory_direct(service):
+    session = TurnlogSession("direct_test", service)
+    items = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there!"}]
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+
+
+def test_session_memory_pop_item(service):
+    session = TurnlogSession("pop_test", service)
+    assert run(session.pop_item()) is None
+    items = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there!"},
+        {"role": "user", "content": "How are you?"},
+    ]
+    run(session.add_items(items))
+    assert len(run(session.get_items())) == 3
+    assert run(session.pop_item()) == items[2]
+    after = run(session.get_items())
+    assert len(after) == 2 and after[-1]["content"] == "Hi there!"
+    assert run(session.pop_item()) == items[1]
+    assert run(session.pop_item()) == items[0]
+    assert run(session.pop_item()) is None
+    assert run(session.get_items()) == []
+
+
+def test_session_memory_pop_different_sessions(service):
+    session_1 = TurnlogSession("session_1", service)
+    session_2 = TurnlogSession("session_2", service)
+    run(session_1.add_items([{"role": "user", "content": "Session 1 message"}]))
+    run(
+        session_2.add_items(
+            [
+                {"role": "user", "content": "Session 2 message 1"},
+                {"role": "user", "content": "Session 2 message 2"},
+            ]
+        )
+    )
+    assert run(session_2.pop_item())["content"] == "Session 2 message 2"
+    assert [i["content"] for i in run(session_1.get_items())] == ["Session 1 message"]
+    assert [i["content"] for i in run(session_2.get_items())] == ["Session 2 message 1"]
+
+
+def test_session_get_items_with_limit(service):
+    session = TurnlogSession("count_test", service)
+    items = []
+    for n in (1, 2, 3):
+        items += [
+            {"role": "user", "content": f"Message {n}"},
+            {"role": "assistant", "content": f"Response {n}"},
+        ]
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    assert run(session.get_items(limit=2)) == items[-2:]
+    assert run(session.get_items(limit=4)) == items[-4:]
+    assert run(session.get_items(limit=10)) == items
+    assert run(session.get_items(limit=0)) == []
+    assert run(session.get_items(limit=-1)) == []  # test_session_limit_negative_returns_empty
+    assert len(run(session.get_items(limit=1))) == 1
+
+
+@pytest.mark.parametrize("runner_method", RUNNERS)
+def test_session_memory_appends_list_input_by_default(service, runner_method):
+    session = TurnlogSession("test_validation", service)
+    model = ScriptedModel([text("This should run")])
+    agent = Agent(name="test", model=model)
+    initial_history = [
+        {"role": "user", "content": "Earlier message"},
+        {"role": "assistant", "content": "Saved reply"},
+    ]
+    run(session.add_items(initial_history))
+    list_input = [{"role": "user", "content": "Test message"}]
+    run_agent(runner_method, agent, list_input, session=session)
+    assert model.last_call.input == initial_history + list_input
+
+
+@pytest.mark.parametrize("runner_method", RUNNERS)
+def test_session_callback_prepared_input(service, runner_method):
+    session = TurnlogSession("session_1", service)
+    model = ScriptedModel([text("I'm gpt-4o")])
+    agent = Agent(name="test", model=model)
+    initial_history = [
+        {"role": "user", "content": "Hello there."},
+        {"role": "assistant", "content": "Hi, I'm here to assist you."},
+    ]
+    run(session.add_items(initial_history))
+
+    def filter_assistant_messages(history, new_input):
+        return [item for item in history if item["role"] == "user"] + new_input
+
+    new_turn_input = [{"role": "user", "content": "What your name?"}]
+    run_agent(
+        runner_method,
+        agent,
+        new_turn_input,
+        session=session,
+        run_config=RunConfig(session_input_callback=filter_assistant_messages),
+    )
+    assert model.last_call.input == [initial_history[0], new_turn_input[0]]
+
+
+def test_session_unicode_content_and_sql_keywords(service):
+    session = TurnlogSession("unicode_test", service)
+    items = [
+        {"role": "user", "content": "こんにちは"},
+        {"role": "assistant", "content": "😊👍"},
+        {"role": "user", "content": "Привет O'Reilly"},
+        {"role": "assistant", "content": "Robert'); DROP TABLE students;--"},
+        {"role": "user", "content": '"SELECT * FROM users WHERE name = "admin";"'},
+    ]
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+
+
+def test_session_concurrent_access(service):
+    session = TurnlogSession("concurrent_test", service)
+
+    async def main():
+        await asyncio.gather(
+            *(session.add_items([{"role": "user", "content": f"Message {i}"}]) for i in range(10))
+        )
+        return await session.get_items()
+
+    contents = {i["content"] for i in run(main())}
+    assert contents == {f"Message {i}" for i in range(10)}
+
+
+def test_session_settings_default_and_constructor(service):
+    assert isinstance(TurnlogSession("a", service).session_settings, SessionSettings)
+    assert TurnlogSession("a", service).session_settings.limit is None
+    assert TurnlogSession("b", service, session_settings=SessionSettings(limit=5)).session_settings.limit == 5
+    assert TurnlogSession("c", service, session_settings={"limit": 4}).session_settings.limit == 4
+
+
+def test_get_items_uses_session_settings_limit_and_an_explicit_limit_wins(service):
+    session = TurnlogSession("s", service, session_settings=SessionSettings(limit=3))
+    run(session.add_items([{"role": "user", "content": f"Message {i}"} for i in range(10)]))
+    assert [i["content"] for i in run(session.get_items())] == ["Message 7", "Message 8", "Message 9"]
+    assert [i["content"] for i in run(session.get_items(limit=2))] == ["Message 8", "Message 9"]
+
+
+@pytest.mark.parametrize("runner_method", RUNNERS)
+def test_session_limit_parameter(service, runner_method):
+    session = TurnlogSession("limit_test", service)
+    model = ScriptedModel([text(f"Reply {n}") for n in range(1, 5)])
+    agent = Agent(name="test", model=model)
+    for n in (1, 2, 3):
+        run_agent(runner_method, agent, f"Message {n}", session=session)
+    assert len(run(session.get_items())) == 6
+    run_agent(
+        runner_method,
+        agent,
+        "Message 4",
+        session=session,
+        run_config=RunConfig(session_settings=SessionSettings(limit=2)),
+    )
+    last_input = model.last_call.input
+    assert len(last_input) == 3
+    assert last_input[0]["content"] == "Message 3"
+    assert last_input[1]["content"][0]["text"] == "Reply 3"
+    assert last_input[2]["content"] == "Message 4"
+
+
+@pytest.mark.parametrize("limit", [0, None, 100])
+def test_session_limit_zero_none_and_larger_than_history(service, limit):
+    session = TurnlogSession("limit", service)
+    model = ScriptedModel([text(f"Reply {n}") for n in range(1, 4)])
+    agent = Agent(name="test", model=model)
+    run_agent("run", agent, "Message 1", session=session)
+    run_agent("run", agent, "Message 2", session=session)
+    config = RunConfig(session_settings=SessionSettings(limit=limit))
+    run_agent("run", agent, "Message 3", session=session, run_config=config)
+    contents = [i["content"] for i in model.last_call.input if i.get("role") == "user"]
+    assert contents == (["Message 3"] if limit == 0 else ["Message 1", "Message 2", "Message 3"])
+
+
+def test_runner_with_session_settings_override(service):
+    session = TurnlogSession("s", service, session_settings=SessionSettings(limit=100))
+    run(session.add_items([{"role": "user", "content": f"Turn {i}"} for i in range(10)]))
+    model = ScriptedModel([text("Got it")])
+    config = RunConfig(session_settings=SessionSettings(limit=2))
+    run(Runner.run(Agent(name="test", model=model), "New question", session=session, run_config=config))
+    history = [i for i in model.last_call.input if i.get("content") != "New question"]
+    assert len(history) == 2
