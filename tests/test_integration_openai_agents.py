@@ -80,7 +80,9 @@ def test_session_memory_basic_functionality(service, runner_method):
     session = TurnlogSession("test_session_123", service)
     model = ScriptedModel([text("San Francisco"), text("California")])
     agent = Agent(name="test", model=model)
-    result1 = run_agent(runner_method, agent, "What city is the Golden Gate Bridge in?", session=session)
+    result1 = run_agent(
+        runner_method, agent, "What city is the Golden Gate Bridge in?", session=session
+    )
     assert result1.final_output == "San Francisco"
     result2 = run_agent(runner_method, agent, "What state is it in?", session=session)
     assert result2.final_output == "California"
@@ -233,14 +235,23 @@ def test_session_concurrent_access(service):
 def test_session_settings_default_and_constructor(service):
     assert isinstance(TurnlogSession("a", service).session_settings, SessionSettings)
     assert TurnlogSession("a", service).session_settings.limit is None
-    assert TurnlogSession("b", service, session_settings=SessionSettings(limit=5)).session_settings.limit == 5
+    assert (
+        TurnlogSession(
+            "b", service, session_settings=SessionSettings(limit=5)
+        ).session_settings.limit
+        == 5
+    )
     assert TurnlogSession("c", service, session_settings={"limit": 4}).session_settings.limit == 4
 
 
 def test_get_items_uses_session_settings_limit_and_an_explicit_limit_wins(service):
     session = TurnlogSession("s", service, session_settings=SessionSettings(limit=3))
     run(session.add_items([{"role": "user", "content": f"Message {i}"} for i in range(10)]))
-    assert [i["content"] for i in run(session.get_items())] == ["Message 7", "Message 8", "Message 9"]
+    assert [i["content"] for i in run(session.get_items())] == [
+        "Message 7",
+        "Message 8",
+        "Message 9",
+    ]
     assert [i["content"] for i in run(session.get_items(limit=2))] == ["Message 8", "Message 9"]
 
 
@@ -284,6 +295,297 @@ def test_runner_with_session_settings_override(service):
     run(session.add_items([{"role": "user", "content": f"Turn {i}"} for i in range(10)]))
     model = ScriptedModel([text("Got it")])
     config = RunConfig(session_settings=SessionSettings(limit=2))
-    run(Runner.run(Agent(name="test", model=model), "New question", session=session, run_config=config))
+    run(
+        Runner.run(
+            Agent(name="test", model=model), "New question", session=session, run_config=config
+        )
+    )
     history = [i for i in model.last_call.input if i.get("content") != "New question"]
     assert len(history) == 2
+
+
+# -- part two: what turnlog adds -------------------------------------------------------------
+
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+EVERY_KIND = [
+    {"role": "developer", "content": "Answer briefly."},
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What is on this picture? ü €"},
+            {"type": "input_image", "image_url": IMAGE, "detail": "auto"},
+        ],
+    },
+    {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "Look, then search."}],
+        "encrypted_content": "gAAAAABo-opaque==",
+    },
+    {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "cat breeds"},
+    },
+    {
+        "type": "file_search_call",
+        "id": "fs_1",
+        "queries": ["cats"],
+        "status": "completed",
+        "results": None,
+    },
+    {
+        "id": "msg_1",
+        "content": [
+            {"annotations": [], "text": "Let me check.", "type": "output_text", "logprobs": []}
+        ],
+        "role": "assistant",
+        "status": "completed",
+        "type": "message",
+    },
+    {
+        "arguments": '{"breed": "tabby", "weight": 4.25}',
+        "call_id": "call_1",
+        "name": "lookup",
+        "type": "function_call",
+        "id": "fc_1",
+        "status": "completed",
+    },
+    {
+        "type": "custom_tool_call",
+        "id": "ctc_1",
+        "call_id": "call_2",
+        "name": "grep",
+        "input": "cat*",
+    },
+    {
+        "type": "computer_call",
+        "id": "cc_1",
+        "call_id": "call_3",
+        "action": {"type": "click", "x": 10, "y": 20, "button": "left"},
+        "pending_safety_checks": [],
+        "status": "completed",
+    },
+    {
+        "call_id": "call_1",
+        "output": [{"type": "input_text", "text": "a tabby"}],
+        "type": "function_call_output",
+    },
+    {"type": "custom_tool_call_output", "call_id": "call_2", "output": "cat.txt"},
+    {
+        "type": "computer_call_output",
+        "call_id": "call_3",
+        "output": {"type": "computer_screenshot", "image_url": IMAGE},
+    },
+    {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs", "tools": []},
+    {"type": "item_reference", "id": "msg_0"},
+    {"z_last": 1, "a_first": [1, 2.5, None, True, "ß"], "type": "acme_item_of_the_future"},
+    {
+        "id": "msg_2",
+        "content": [{"type": "refusal", "refusal": "I cannot say."}],
+        "role": "assistant",
+        "type": "message",
+    },
+    {"role": "user", "content": "Thanks."},
+]
+
+
+def test_every_item_kind_round_trips_byte_for_byte(tmp_path):
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "rt.db")) as service:
+            session = TurnlogSession("rt", service)
+            await session.add_items(EVERY_KIND[:9])
+            await session.add_items(EVERY_KIND[9:])
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "rt.db")) as service:
+            reopened = TurnlogSession("rt", service)
+            return await reopened.get_items(), await service.view_messages("rt")
+
+    items, messages = run(main())
+    assert json.dumps(items) == json.dumps(EVERY_KIND)
+    assert [m.role for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assistant = messages[2]
+    assert assistant.text == "Let me check."
+    assert [(c.id, c.name, c.arguments) for c in assistant.tool_calls] == [
+        ("call_1", "lookup", '{"breed": "tabby", "weight": 4.25}'),
+        ("call_2", "grep", "cat*"),
+    ]
+    assert [(r.call_id, r.name) for r in messages[3].tool_results] == [
+        ("call_1", "lookup"),
+        ("call_2", "grep"),
+    ]
+    assert messages[4].text == "I cannot say."  # with computer_call_output, mcp_list_tools, ...
+
+
+def test_items_the_view_rules_refuse_are_kept_as_given(service):
+    session = TurnlogSession("odd", service)
+    odd = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call_output", "call_id": "nobody", "output": "orphan"},
+        {"type": "reasoning", "id": "rs_9", "summary": []},
+    ]
+    run(session.add_items(odd))
+    assert json.dumps(run(session.get_items())) == json.dumps(odd)
+
+
+def test_a_call_output_gets_its_tool_name_from_an_earlier_batch(service):
+    session = TurnlogSession("names", service)
+    run(session.add_items([{"role": "user", "content": "hi"}]))
+    run(
+        session.add_items(
+            [{"type": "function_call", "call_id": "c", "name": "clock", "arguments": "{}"}]
+        )
+    )
+    run(session.add_items([{"type": "function_call_output", "call_id": "c", "output": "noon"}]))
+    tool = run(service.view_messages("names"))[-1]
+    assert [(r.call_id, r.name, r.content) for r in tool.tool_results] == [("c", "clock", "noon")]
+
+
+def _log_items(service, sid):
+    return [
+        json.loads(raw) for e in run(service.events(sid)) for raw in e.metadata.get(ITEMS_KEY, [])
+    ]
+
+
+def test_pop_and_clear_never_delete_from_the_log(service):
+    session = TurnlogSession("keep", service)
+    first = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "sun"},
+        {"type": "function_call_output", "call_id": "b", "output": "rain"},
+    ]
+    run(session.add_items(first))
+    assert run(session.pop_item()) == first[4]  # one item out of a run of two outputs
+    assert run(session.get_items()) == first[:4]
+    assert run(session.pop_item()) == first[3]
+    assert run(session.pop_item()) == first[2]
+    assert run(session.get_items()) == first[:2]
+    run(session.add_items([{"type": "function_call_output", "call_id": "a", "output": "fog"}]))
+    assert run(session.get_items())[-1]["output"] == "fog"
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+    assert run(session.pop_item()) is None
+    logged = _log_items(service, "keep")
+    for item in first:
+        assert item in logged  # everything the SDK ever gave is still in the log
+    assert {"type": "function_call_output", "call_id": "a", "output": "fog"} in logged
+    run(session.add_items([{"role": "user", "content": "again"}]))
+    assert run(session.get_items()) == [{"role": "user", "content": "again"}]
+
+
+def test_a_limit_never_starts_the_prompt_with_an_answer_to_a_call_it_left_out(service):
+    session = TurnlogSession("limit", service)
+    items = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "sun"},
+        {"role": "assistant", "content": "Sunny."},
+    ]
+    run(session.add_items(items))
+    assert run(session.get_items(limit=3)) == items[1:]
+    assert run(session.get_items(limit=2)) == items[3:]  # the SDK's SQLiteSession gives items[2:]
+
+
+def test_compaction_runs_after_add_items_with_the_given_trigger_and_strategy(service):
+    session = TurnlogSession(
+        "c",
+        service,
+        trigger=TurnCountTrigger(2),
+        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    )
+    turns = [
+        [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        for n in range(3)
+    ]
+    run(session.add_items(turns[0] + turns[1]))
+    assert session.last_compaction is not None and session.last_compaction.unchanged
+    run(session.add_items(turns[2]))
+    assert not session.last_compaction.unchanged
+    assert run(session.get_items()) == turns[2]
+    assert _log_items(service, "c") == turns[0] + turns[1] + turns[2]
+
+
+def test_trigger_and_strategy_come_together(service):
+    with pytest.raises(InvalidInput, match="both a trigger and a strategy"):
+        TurnlogSession("x", service, trigger=TurnCountTrigger(2))
+
+
+@function_tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def _summarize(request):
+    from turnlog import Message
+
+    covered = " ".join(e.message.text or "" for e in request.covered if e.message)
+    return [
+        Message.user("Summarize the conversation so far."),
+        Message.assistant(f"Earlier: {covered[:60]}"),
+    ]
+
+
+def test_a_real_run_over_several_turns_with_tools_and_a_compaction(tmp_path):
+    cities = ["Paris", "Rome", "Oslo", "Lima"]
+    steps = []
+    for n, city in enumerate(cities):
+        steps.append([function_call("weather", {"city": city}, call_id=f"call_{n}")])
+        steps.append([assistant_message(f"{city}: sunny", item_id=f"msg_{n}")])
+    model = ScriptedModel(steps)
+    agent = Agent(name="forecaster", model=model, tools=[weather])
+
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "run.db")) as service:
+            session = TurnlogSession(
+                "run",
+                service,
+                trigger=TurnCountTrigger(2),
+                strategy=WindowCompactionStrategy(
+                    CompactionWindow.last_turns(2), summarizer=_summarize
+                ),
+            )
+            outputs = []
+            views = []
+            for city in cities:
+                views.append(await session.get_items())
+                result = await Runner.run(agent, f"Weather in {city}?", session=session)
+                outputs.append(result.final_output)
+            return outputs, views, await service.events("run"), await session.get_items()
+
+    outputs, views, log, final_view = run(main())
+    assert outputs == [f"{c}: sunny" for c in cities]
+    model.assert_complete()
+    # turn 4's first request: the summary, then turns 2 and 3 exactly as stored, then the question
+    first_call_of_turn_4 = model.calls[6].input
+    assert json.dumps(first_call_of_turn_4[:-1]) == json.dumps(views[3])
+    assert first_call_of_turn_4[0] == {
+        "role": "user",
+        "content": "Summarize the conversation so far.",
+    }
+    assert first_call_of_turn_4[1]["content"].startswith("Earlier: Weather in Paris?")
+    sent = json.dumps(first_call_of_turn_4[2:])
+    assert "Paris" not in sent and "Rome" in sent and "Oslo" in sent
+    # what turn 3 sent for turn 2 is byte for byte what turn 4 sends for it
+    turn_2 = model.calls[5].input[-7:-3]
+    assert json.dumps(turn_2) == json.dumps(first_call_of_turn_4[2:6])
+    assert [i.get("type") for i in turn_2] == [
+        None,
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    # the log still holds every turn and the compactions
+    logged = json.dumps([json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])])
+    assert all(f"Weather in {c}?" in logged for c in cities)
+    assert sum(e.type.name == "COMPACTION" for e in log) >= 1
+    assert final_view[-1]["content"][0]["text"] == "Lima: sunny"

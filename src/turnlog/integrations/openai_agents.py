@@ -209,9 +209,7 @@ class TurnlogSession:
         }
         if unknown:
             view = (
-                names_from
-                if names_from is not None
-                else await self.service.view(self.session_id)
+                names_from if names_from is not None else await self.service.view(self.session_id)
             )
             for event in view:
                 if event.message is not None:
@@ -239,7 +237,7 @@ def _dump(item: object) -> str:
 
 
 def _kind(item: Item) -> str:
-    """"user", "system", "output" (a call output), "call", or "model" (other model output)."""
+    """ "user", "system", "output" (a call output), "call", or "model" (other model output)."""
     kind = item.get("type")
     role = item.get("role")
     if kind in _OUTPUTS:
