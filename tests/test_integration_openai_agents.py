@@ -12,6 +12,8 @@ clears that never delete, compaction after add_items, and a real run with tools 
 
 import asyncio
 import json
+import re
+from pathlib import Path
 
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
@@ -589,3 +591,21 @@ def test_a_real_run_over_several_turns_with_tools_and_a_compaction(tmp_path):
     assert all(f"Weather in {c}?" in logged for c in cities)
     assert sum(e.type.name == "COMPACTION" for e in log) >= 1
     assert final_view[-1]["content"][0]["text"] == "Lima: sunny"
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openai-agents.md"
+
+
+def test_the_docs_examples_run_in_a_real_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    namespace = {"__name__": "__main__"}
+    for block in blocks:
+        exec(compile(block, str(DOC), "exec"), namespace)
+    session, service = namespace["session"], namespace["service"]
+    assert session.strategy is not None  # the compaction example's session
+    model = ScriptedModel([text("Sunny.")])
+    result = run(Runner.run(Agent(name="a", model=model), "Weather in Paris?", session=session))
+    assert result.final_output == "Sunny."
+    run(service.close())
+    assert (tmp_path / "conversations.db").exists()

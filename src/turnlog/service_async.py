@@ -315,9 +315,7 @@ class AsyncSessionService:
                 strategy=name,
             )
             try:
-                await self.store.append_events(
-                    session_id, [boundary.to_event(session_id)], version
-                )
+                await self.store.append_events(session_id, [boundary.to_event(session_id)], version)
             except VersionConflict:
                 if attempt == retries:
                     raise
