@@ -13,6 +13,7 @@ clears that never delete, compaction after add_items, and a real run with tools 
 import asyncio
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -609,3 +610,69 @@ def test_the_docs_examples_run_in_a_real_run(tmp_path, monkeypatch):
     assert result.final_output == "Sunny."
     run(service.close())
     assert (tmp_path / "conversations.db").exists()
+
+
+@pytest.fixture
+def server_store(request):
+    """A factory of async stores on the real PostgreSQL or Redis server, cleaned up after."""
+    if request.param == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        from turnlog import AsyncPostgresStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        schema = f"tl_agents_{uuid.uuid4().hex[:12]}"
+        yield lambda: AsyncPostgresStore(dsn, schema=schema)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    else:
+        from turnlog import AsyncRedisStore, RedisStore
+
+        url = request.getfixturevalue("redis_url")
+        prefix = f"tlagents-{uuid.uuid4().hex[:12]}"
+        yield lambda: AsyncRedisStore(url, prefix=prefix)
+        with RedisStore(url, prefix=prefix) as store:
+            for key in store.client.scan_iter(f"{prefix}*"):
+                store.client.delete(key)
+
+
+LATER = [
+    {"role": "assistant", "content": "Welcome."},
+    {"role": "user", "content": "Bye."},
+    {"role": "user", "content": "Again."},
+]
+
+
+@pytest.mark.parametrize("server_store", ["postgres", "redis"], indirect=True)
+def test_the_server_stores_keep_items_through_pops_clears_and_compaction(server_store):
+    async def main():
+        async with AsyncSessionService(server_store()) as service:
+            session = TurnlogSession(
+                "srv",
+                service,
+                trigger=TurnCountTrigger(2),
+                strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+            )
+            await session.add_items(EVERY_KIND)  # two turns: the trigger does not fire
+            stored = await session.get_items()
+            popped = await session.pop_item()
+            await session.add_items(LATER[:1])
+            await session.add_items(LATER[1:2])
+            await session.add_items(LATER[2:])  # a third turn: compacts to the last one
+            compacted = await session.get_items()
+            await session.clear_session()
+            cleared = await session.get_items()
+            log = [
+                json.loads(r)
+                for e in await service.events("srv")
+                for r in e.metadata.get(ITEMS_KEY, [])
+            ]
+            return stored, popped, compacted, cleared, log
+
+    stored, popped, compacted, cleared, log = run(main())
+    assert json.dumps(stored) == json.dumps(EVERY_KIND)
+    assert popped == EVERY_KIND[-1]
+    assert compacted == [EVERY_KIND[0], *LATER[2:]]  # the developer message stays pinned
+    assert cleared == []
+    assert json.dumps(log) == json.dumps([*EVERY_KIND, *LATER])
