@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 try:
     from agents.items import TResponseInputItem
+    from agents.memory import Session
     from agents.memory.session_settings import (
         SessionSettings,
         coerce_session_settings,
@@ -346,3 +347,9 @@ def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`items` less the call outputs whose call is not among them."""
     calls = {i.get("call_id") for i in items if _kind(i) == "call"}
     return [i for i in items if _kind(i) != "output" or i.get("call_id") in calls]
+
+
+if TYPE_CHECKING:  # mypy checks that TurnlogSession has the shape of the SDK's Session protocol
+
+    def _a_session(session: TurnlogSession) -> Session:
+        return session
