@@ -485,7 +485,9 @@ def test_pop_and_clear_never_delete_from_the_log(service):
     assert run(session.get_items()) == [{"role": "user", "content": "again"}]
 
 
-def test_a_limit_never_starts_the_prompt_with_an_answer_to_a_call_it_left_out(service):
+def test_a_limit_is_the_exact_tail_the_sdk_rewinds_with(service):
+    from agents.run_internal.session_persistence import rewind_session_items
+
     session = TurnlogSession("limit", service)
     items = [
         {"role": "user", "content": "weather?"},
@@ -494,8 +496,10 @@ def test_a_limit_never_starts_the_prompt_with_an_answer_to_a_call_it_left_out(se
         {"role": "assistant", "content": "Sunny."},
     ]
     run(session.add_items(items))
-    assert run(session.get_items(limit=3)) == items[1:]
-    assert run(session.get_items(limit=2)) == items[3:]  # the SDK's SQLiteSession gives items[2:]
+    assert run(session.get_items(limit=2)) == items[2:]
+    run(rewind_session_items(session, items[2:]))  # the SDK's retry path: pops what it added
+    assert run(session.get_items()) == items[:2]
+    assert _log_items(service, "limit") == items
 
 
 def test_compaction_runs_after_add_items_with_the_given_trigger_and_strategy(service):

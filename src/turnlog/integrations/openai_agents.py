@@ -120,10 +120,11 @@ class TurnlogSession:
         """The session's view as input items, oldest first.
 
         Args:
-            limit: at most this many of the newest items; `session_settings.limit` when None,
-                everything when both are None; 0 or less gives none. A function call output
-                whose call falls outside the limit is left out (no prompt starts with an
-                answer to a call it does not hold).
+            limit: the newest `limit` items of the view, exactly, as the SDK's own sessions
+                give them (the SDK reads the tail of a session this way when it rewinds or
+                resumes a write); `session_settings.limit` when None, the whole view when both
+                are None; 0 or less gives none. A limit can cut a call from its output: bound
+                the prompt with compaction instead, which never does.
 
         Returns:
             The items as stored, or as rendered for the summary a compaction wrote.
@@ -135,7 +136,7 @@ class TurnlogSession:
         items = [i for e in await self.service.view(self.session_id) for i in _event_items(e)]
         if wanted is None:
             return cast(list[TResponseInputItem], items)
-        return cast(list[TResponseInputItem], _without_orphans(items[-wanted:]))
+        return cast(list[TResponseInputItem], items[-wanted:])
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append `items` (one event per user or system message, per run of model output and
@@ -341,12 +342,6 @@ def _event_items(event: SessionEvent) -> list[dict[str, Any]]:
         for c in m.tool_calls
     )
     return out
-
-
-def _without_orphans(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`items` less the call outputs whose call is not among them."""
-    calls = {i.get("call_id") for i in items if _kind(i) == "call"}
-    return [i for i in items if _kind(i) != "output" or i.get("call_id") in calls]
 
 
 if TYPE_CHECKING:  # mypy checks that TurnlogSession has the shape of the SDK's Session protocol
