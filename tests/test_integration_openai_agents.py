@@ -680,3 +680,50 @@ def test_the_server_stores_keep_items_through_pops_clears_and_compaction(server_
     assert compacted == [EVERY_KIND[0], *LATER[2:]]  # the developer message stays pinned
     assert cleared == []
     assert json.dumps(log) == json.dumps([*EVERY_KIND, *LATER])
+
+
+@function_tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def test_an_approval_interruption_resumes_on_the_session_with_compaction(tmp_path):
+    model = ScriptedModel(
+        [
+            [assistant_message("Hello.")],
+            [function_call("delete_file", {"path": "a.txt"}, call_id="c1")],
+            [assistant_message("Done.")],
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[delete_file])
+
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "h.db")) as service:
+            session = TurnlogSession(
+                "h",
+                service,
+                trigger=TurnCountTrigger(1),
+                strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+            )
+            await Runner.run(agent, "Hi.", session=session)
+            paused = await Runner.run(agent, "Delete a.txt.", session=session)
+            open_call = await session.get_items()
+            state = paused.to_state()
+            for item in paused.interruptions:
+                state.approve(item)
+            resumed = await Runner.run(agent, state, session=session)
+            return paused, open_call, resumed, await session.get_items(), await service.events("h")
+
+    paused, open_call, resumed, view, log = run(main())
+    assert len(paused.interruptions) == 1
+    assert [i.get("type") for i in open_call] == [None, "function_call"]  # turn 1 compacted away
+    assert resumed.final_output == "Done."
+    assert [i.get("type") for i in view] == [
+        None,
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert view[2] == {"call_id": "c1", "output": "deleted a.txt", "type": "function_call_output"}
+    assert "Hi." in json.dumps([json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])])
