@@ -727,3 +727,15 @@ def test_an_approval_interruption_resumes_on_the_session_with_compaction(tmp_pat
     ]
     assert view[2] == {"call_id": "c1", "output": "deleted a.txt", "type": "function_call_output"}
     assert "Hi." in json.dumps([json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])])
+
+
+def test_a_call_without_a_call_id_is_kept_as_an_item_of_its_own_kind(service):
+    session = TurnlogSession("bad", service)
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "name": "w", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": None, "output": "x"},
+    ]
+    run(session.add_items(items))
+    assert run(session.get_items()) == items
+    assert [m.role for m in run(service.view_messages("bad"))] == ["user", "assistant"]

@@ -242,9 +242,10 @@ def _kind(item: Item) -> str:
     """ "user", "system", "output" (a call output), "call", or "model" (other model output)."""
     kind = item.get("type")
     role = item.get("role")
-    if kind in _OUTPUTS:
+    call_id = item.get("call_id")
+    if kind in _OUTPUTS and isinstance(call_id, str):
         return "output"
-    if kind in _CALLS:
+    if kind in _CALLS and isinstance(call_id, str):
         return "call"
     if kind in (None, "message") and role == "user":
         return "user"
