@@ -284,3 +284,64 @@ def test_compact_takes_a_plain_function_as_its_trigger(service):
     result = service.compact(sid, lambda request: len(request.view) > 2, strategy)
     assert not result.unchanged
     assert [e.message.text for e in service.view(sid)] == ["q2", "a2"]
+
+
+def _texts(service, sid):
+    return [e.message.text for e in service.view(sid) if e.message]
+
+
+def test_hide_takes_events_out_of_the_view_and_keeps_them_in_the_log(service):
+    service.create("s")
+    ids = [
+        service.append_message("s", m).id
+        for m in (Message.system("sys"), Message.user("u1"), Message.assistant("a1"))
+    ]
+    last = service.append_message("s", Message.user("u2"))
+    before = service.events("s")
+    gone = service.hide("s", [last.id, "not-in-the-view"])
+    assert [e.id for e in gone] == [last.id]
+    assert _texts(service, "s") == ["sys", "u1", "a1"]
+    after = service.events("s")
+    assert after[: len(before)] == before
+    assert len(after) == len(before) + 1  # one boundary, nothing deleted
+    assert service.hide("s", [last.id]) == []  # already hidden: nothing written
+    assert len(service.events("s")) == len(after)
+    service.append_message("s", Message.user("u3"))
+    assert _texts(service, "s") == ["sys", "u1", "a1", "u3"]
+    assert [m.text for m in service.view_messages("s")] == ["sys", "u1", "a1", "u3"]
+    service.hide("s", [ids[2]])
+    assert _texts(service, "s") == ["sys", "u1", "u3"]
+
+
+def test_clear_view_empties_the_view_and_later_messages_start_it_again(service):
+    service.create("s")
+    service.append_message("s", Message.user("u1"))
+    service.append_message("s", Message.assistant("a1"))
+    gone = service.clear_view("s")
+    assert [e.message.text for e in gone] == ["u1", "a1"]
+    assert service.view("s") == []
+    assert service.clear_view("s") == []
+    service.append_message("s", Message.user("u2"))
+    assert _texts(service, "s") == ["u2"]
+    assert [e.message.text for e in service.events("s") if e.message] == ["u1", "a1", "u2"]
+
+
+def test_hide_keeps_a_compacted_view_and_its_summary(service):
+    service.create("s")
+    for i in range(4):
+        service.append_message("s", Message.user(f"u{i}"))
+        service.append_message("s", Message.assistant(f"a{i}"))
+    service.compact("s", lambda r: True, WindowCompactionStrategy(CompactionWindow.last_turns(2)))
+    view = service.view("s")
+    service.hide("s", [view[-1].id])
+    assert _texts(service, "s") == ["u2", "a2", "u3"]
+
+
+def test_hide_and_clear_view_refuse_unknown_sessions_and_bad_retries(service):
+    with pytest.raises(SessionNotFound):
+        service.hide("nope", ["x"])
+    with pytest.raises(SessionNotFound):
+        service.clear_view("nope")
+    service.create("s")
+    with pytest.raises(InvalidInput):
+        service.clear_view("s", retries=-1)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from turnlog.compaction import (
+    CompactionBoundary,
     CompactionRequest,
     CompactionResult,
     CompactionStrategy,
@@ -251,6 +252,76 @@ class AsyncSessionService:
         return repair_messages(
             [e.message for e in sent_events(await self.store.view(session_id)) if e.message]
         )
+
+    async def hide(
+        self, session_id: str, event_ids: Sequence[str], *, retries: int = 3
+    ) -> list[SessionEvent]:
+        """Take events out of the view without deleting them from the log.
+
+        Appends a COMPACTION boundary (strategy "hide") that names the current view minus
+        `event_ids`; the log keeps every event, and `events()` still shows them and the
+        boundary. Ids that are not in the view are ignored; when none is, nothing is written.
+        Messages appended afterwards join the view as usual.
+
+        Args:
+            session_id: the session.
+            event_ids: the events to take out of the view.
+            retries: how many times to read the view again when another writer appended
+                meanwhile.
+
+        Returns:
+            The events taken out of the view, in view order (empty when none was in it).
+
+        Raises:
+            SessionNotFound: no such session.
+            VersionConflict: other writers kept appending through every retry; nothing was
+                written.
+            InvalidInput: `retries` is not an integer >= 0, or an id is not a string.
+        """
+        wanted = {check_id(i, "event id") for i in event_ids}
+        return await self._hide_where(session_id, lambda e: e.id in wanted, "hide", retries)
+
+    async def clear_view(self, session_id: str, *, retries: int = 3) -> list[SessionEvent]:
+        """Empty the view without deleting anything from the log (see `hide`).
+
+        The model sees only what is appended afterwards. Returns the events taken out of the
+        view; raises as `hide`.
+        """
+        return await self._hide_where(session_id, lambda e: True, "clear", retries)
+
+    async def _hide_where(
+        self,
+        session_id: str,
+        hidden: Callable[[SessionEvent], bool],
+        name: str,
+        retries: int,
+    ) -> list[SessionEvent]:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidInput(f"retries must be an integer >= 0, got {retries!r}")
+        await self.get(session_id)
+        for attempt in range(retries + 1):
+            version = await self.store.version(session_id)
+            view = await self.store.view(session_id)
+            gone = [e for e in view if hidden(e)]
+            if not gone:
+                return []
+            boundary = CompactionBoundary(
+                id=new_id(),
+                pinned_event_ids=(),
+                summary_event_ids=(),
+                preserved_event_ids=tuple(e.id for e in view if not hidden(e)),
+                covered_event_count=len(gone),
+                tokens_estimated_saved=0,
+                strategy=name,
+            )
+            try:
+                await self.store.append_events(session_id, [boundary.to_event(session_id)], version)
+            except VersionConflict:
+                if attempt == retries:
+                    raise
+                continue
+            return gone
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- compaction -------------------------------------------------------------------------
 

@@ -1,0 +1,351 @@
+"""turnlog as the memory of the OpenAI Agents SDK: `TurnlogSession`, a `Session` backend.
+
+Pass it where the SDK takes a session (`Runner.run(agent, text, session=TurnlogSession(...))`).
+The SDK's items are kept exactly as it gave them, and the model sees the session's compacted view.
+
+How the items map onto turnlog's log, so that the view rules and compaction work on them:
+
+- a user message is a user message; a system or developer message is a system message;
+- the items the model produced between two inputs (assistant messages, function calls, reasoning,
+  hosted-tool calls, anything unknown) are one assistant message: its text is the text of the
+  assistant messages (or a short `[reasoning]`-style label when there is none), its tool calls
+  are the function calls;
+- consecutive function call outputs are one tool message, a `ToolResult` for each.
+
+Every event keeps the JSON of its items, as the SDK serialized them, in its metadata under
+`ITEMS_KEY`; `get_items` returns those, so a later run sends byte for byte what was stored. The
+summary messages a compaction writes come back as plain `{"role": ..., "content": ...}` items.
+
+Needs the `openai-agents` extra: `pip install 'turnlog[openai-agents]'`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory import Session
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "turnlog.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'turnlog[openai-agents]'"
+    ) from exc
+
+from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger
+from turnlog.errors import InvalidInput, VersionConflict
+from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
+from turnlog.service_async import AsyncSessionService
+
+__all__ = ["ITEMS_KEY", "TurnlogSession"]
+
+ITEMS_KEY: Final = "openai_agents.items"
+"""The event metadata key holding the SDK items of an event, each as the JSON text the SDK's
+`json.dumps` gives."""
+
+_CALLS: Final = frozenset({"function_call", "custom_tool_call"})
+_OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
+_ATTEMPTS: Final = 32
+
+Item = Mapping[str, Any]
+
+
+class TurnlogSession:
+    """An Agents SDK `Session` over a turnlog session: the log keeps everything, the model
+    gets the compacted view.
+
+    `get_items()` returns the session's view (what is left after compactions, pops and clears)
+    as the SDK's input items; `add_items` appends them and then compacts when a trigger and a
+    strategy were given; `pop_item` and `clear_session` append a boundary that takes items out
+    of the view and never delete anything from the log.
+
+    Args:
+        session_id: the turnlog session (created on first use).
+        service: the `AsyncSessionService` over any turnlog store; the caller closes it.
+        trigger: when to compact after items are added, e.g. `TurnCountTrigger(20)`.
+        strategy: how, e.g. `WindowCompactionStrategy(CompactionWindow.last_turns(10))`;
+            given with `trigger`, or neither.
+        session_settings: the SDK's settings; `limit` is the default of `get_items`.
+        compaction_retries: passed to `compact` as `retries`.
+
+    Raises:
+        InvalidInput: only one of `trigger` and `strategy` was given.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        service: AsyncSessionService,
+        *,
+        trigger: CompactionTrigger | None = None,
+        strategy: CompactionStrategy | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        compaction_retries: int = 1,
+    ) -> None:
+        if (trigger is None) != (strategy is None):
+            raise InvalidInput(
+                "give TurnlogSession both a trigger and a strategy to compact, or neither: "
+                "e.g. trigger=TurnCountTrigger(20), "
+                "strategy=WindowCompactionStrategy(CompactionWindow.last_turns(10))"
+            )
+        self.session_id = session_id
+        self.service = service
+        self.trigger = trigger
+        self.strategy = strategy
+        self.session_settings: SessionSettings | None = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(cast(Any, session_settings))
+        )
+        self.compaction_retries = compaction_retries
+        self.last_compaction: CompactionResult | None = None
+        """The result of the compaction after the latest `add_items`, if one ran."""
+        self._created = False
+
+    async def _ensure(self) -> None:
+        if not self._created:
+            await self.service.get_or_create(self.session_id)
+            self._created = True
+
+    # -- the Session protocol --------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's view as input items, oldest first.
+
+        Args:
+            limit: the newest `limit` items of the view, exactly, as the SDK's own sessions
+                give them (the SDK reads the tail of a session this way when it rewinds or
+                resumes a write); `session_settings.limit` when None, the whole view when both
+                are None; 0 or less gives none. A limit can cut a call from its output: bound
+                the prompt with compaction instead, which never does.
+
+        Returns:
+            The items as stored, or as rendered for the summary a compaction wrote.
+        """
+        await self._ensure()
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted is not None and wanted <= 0:
+            return []
+        items = [i for e in await self.service.view(self.session_id) for i in _event_items(e)]
+        if wanted is None:
+            return cast(list[TResponseInputItem], items)
+        return cast(list[TResponseInputItem], items[-wanted:])
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append `items` (one event per user or system message, per run of model output and
+        per run of call outputs), then compact if the trigger fires.
+
+        Raises:
+            InvalidInput: an item is not a JSON object.
+            VersionConflict: other writers kept appending to the session meanwhile.
+        """
+        if not items:
+            return
+        await self._ensure()
+        raw = [_dump(i) for i in items]
+        for attempt in range(_ATTEMPTS):
+            version = await self.service.version(self.session_id)
+            events = await self._events_for(raw)
+            try:
+                await self._append(events, version)
+                break
+            except VersionConflict:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+        if self.trigger is not None and self.strategy is not None:
+            self.last_compaction = await self.service.compact(
+                self.session_id, self.trigger, self.strategy, retries=self.compaction_retries
+            )
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take the newest item out of the view and return it; None when the view is empty.
+
+        The item stays in the log: a boundary leaves its event out of the view (and, when the
+        event held several items, the others come back in a new event after it).
+        """
+        await self._ensure()
+        view = await self.service.view(self.session_id)
+        last = next((e for e in reversed(view) if e.message is not None), None)
+        if last is None:
+            return None
+        held = _event_items(last)
+        await self.service.hide(self.session_id, [last.id])
+        if len(held) > 1:
+            rest = await self._events_for([_dump(i) for i in held[:-1]], names_from=view)
+            version = await self.service.version(self.session_id)
+            await self.service.append_events(self.session_id, rest, version, check_rules=False)
+        return cast(TResponseInputItem, held[-1])
+
+    async def clear_session(self) -> None:
+        """Empty the view; the log keeps every item (`AsyncSessionService.clear_view`)."""
+        await self._ensure()
+        await self.service.clear_view(self.session_id)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def _append(self, events: list[SessionEvent], version: int) -> None:
+        try:
+            await self.service.append_events(self.session_id, events, version)
+        except InvalidInput:
+            # The SDK gave an order the view rules refuse (say a pop left a call unanswered):
+            # keep what it gave, as it gave it; view_messages() repairs what a model is sent.
+            await self.service.append_events(self.session_id, events, version, check_rules=False)
+
+    async def _events_for(
+        self, raw: Sequence[str], names_from: Sequence[SessionEvent] | None = None
+    ) -> list[SessionEvent]:
+        """The events for the items whose JSON is `raw`, in order."""
+        items = [json.loads(r) for r in raw]
+        names = {str(i["call_id"]): str(i.get("name", "")) for i in items if _kind(i) == "call"}
+        unknown = {
+            str(i.get("call_id"))
+            for i in items
+            if _kind(i) == "output" and str(i.get("call_id")) not in names
+        }
+        if unknown:
+            view = (
+                names_from if names_from is not None else await self.service.view(self.session_id)
+            )
+            for event in view:
+                if event.message is not None:
+                    names.update((c.id, c.name) for c in event.message.tool_calls)
+        return [
+            SessionEvent.for_message(
+                self.session_id,
+                _message([items[n] for n in group], names),
+                metadata={ITEMS_KEY: [raw[n] for n in group]},
+            )
+            for group in _groups(items)
+        ]
+
+
+# -- items -> messages -----------------------------------------------------------------------
+
+
+def _dump(item: object) -> str:
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"a session item is a JSON object (a dict), got {type(item).__name__}")
+    try:
+        return json.dumps(item)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"a session item is not JSON: {exc}") from exc
+
+
+def _kind(item: Item) -> str:
+    """ "user", "system", "output" (a call output), "call", or "model" (other model output)."""
+    kind = item.get("type")
+    role = item.get("role")
+    call_id = item.get("call_id")
+    if kind in _OUTPUTS and isinstance(call_id, str):
+        return "output"
+    if kind in _CALLS and isinstance(call_id, str):
+        return "call"
+    if kind in (None, "message") and role == "user":
+        return "user"
+    if kind in (None, "message") and role in ("system", "developer"):
+        return "system"
+    return "model"
+
+
+def _groups(items: Sequence[Item]) -> list[list[int]]:
+    """Indexes of `items`, grouped: each input alone, runs of model output, runs of outputs."""
+    groups: list[list[int]] = []
+    side = ""
+    for n, item in enumerate(items):
+        kind = _kind(item)
+        now = "model" if kind == "call" else kind
+        if now in ("model", "output") and now == side:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+        side = now
+    return groups
+
+
+def _text(content: object) -> str:
+    """The text of a message's content: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for part in content:
+            if not isinstance(part, Mapping):
+                continue
+            for key in ("text", "refusal"):
+                if isinstance(part.get(key), str):
+                    parts.append(part[key])
+                    break
+            else:
+                parts.append(f"[{part.get('type', 'part')}]")
+    return "\n".join(parts)
+
+
+def _message(items: Sequence[Item], names: Mapping[str, str]) -> Message:
+    """The one turnlog message standing for a group of items (see `_groups`)."""
+    kind = _kind(items[0])
+    if kind == "user":
+        return Message.user(_text(items[0].get("content")) or "[user input]")
+    if kind == "system":
+        return Message.system(_text(items[0].get("content")))
+    if kind == "output":
+        results = []
+        for item in items:
+            call_id = str(item.get("call_id"))
+            output = item.get("output")
+            content = output if isinstance(output, str) else json.dumps(output)
+            results.append(ToolResult(call_id, names.get(call_id, ""), content))
+        return Message.tool(results)
+    calls = tuple(
+        ToolCall(str(i["call_id"]), str(i.get("name", "")), _arguments(i))
+        for i in items
+        if _kind(i) == "call"
+    )
+    texts = [_text(i.get("content")) for i in items if i.get("role") == "assistant"]
+    text = "\n".join(t for t in texts if t) or None
+    if text is None and not calls:
+        text = "[" + ", ".join(str(i.get("type", "item")) for i in items) + "]"
+    return Message.assistant(text, calls)
+
+
+def _arguments(item: Item) -> str:
+    value = item.get("arguments", item.get("input", "{}"))
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# -- events -> items -------------------------------------------------------------------------
+
+
+def _event_items(event: SessionEvent) -> list[dict[str, Any]]:
+    """The SDK items an event of the view stands for."""
+    stored = event.metadata.get(ITEMS_KEY)
+    if isinstance(stored, list):
+        return [json.loads(r) for r in stored]
+    m = event.message
+    if m is None:
+        return []
+    if m.role == "tool":
+        return [
+            {"call_id": r.call_id, "output": r.content, "type": "function_call_output"}
+            for r in m.tool_results
+        ]
+    out: list[dict[str, Any]] = []
+    if m.text:
+        out.append({"role": m.role, "content": m.text})
+    out.extend(
+        {"arguments": c.arguments, "call_id": c.id, "name": c.name, "type": "function_call"}
+        for c in m.tool_calls
+    )
+    return out
+
+
+if TYPE_CHECKING:  # mypy checks that TurnlogSession has the shape of the SDK's Session protocol
+
+    def _a_session(session: TurnlogSession) -> Session:
+        return session
