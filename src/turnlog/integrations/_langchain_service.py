@@ -6,20 +6,19 @@ Private: the history and the middleware share it. It does not import LangChain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Final
 
 from turnlog.compaction import (
-    CompactionBoundary,
     CompactionResult,
     CompactionStrategy,
     CompactionTrigger,
 )
 from turnlog.errors import InvalidInput, SessionNotFound, VersionConflict
-from turnlog.events import Message, SessionEvent, new_id
+from turnlog.events import Message, SessionEvent
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
-from turnlog.tokens import event_tokens
 
 __all__ = ["CLEAR_STRATEGY", "Backend", "Service"]
 
@@ -104,21 +103,8 @@ class Backend:
 
     def clear(self, session_id: str) -> None:
         service = self._sync("aclear")
-        conflict = None
-        for _ in range(_TRIES):
-            try:
-                version = service.version(session_id)
-                view = service.view(session_id)
-            except SessionNotFound:
-                return
-            if not view:
-                return
-            try:
-                service.append_events(session_id, [_clearing(session_id, view)], version)
-                return
-            except VersionConflict as exc:
-                conflict = exc
-        raise _gave_up(session_id, conflict)
+        with contextlib.suppress(SessionNotFound):
+            service.clear_view(session_id, retries=_TRIES - 1)
 
     # async
 
@@ -162,35 +148,8 @@ class Backend:
         if not isinstance(service, AsyncSessionService):
             await asyncio.to_thread(self.clear, session_id)
             return
-        conflict = None
-        for _ in range(_TRIES):
-            try:
-                version = await service.version(session_id)
-                view = await service.view(session_id)
-            except SessionNotFound:
-                return
-            if not view:
-                return
-            try:
-                await service.append_events(session_id, [_clearing(session_id, view)], version)
-                return
-            except VersionConflict as exc:
-                conflict = exc
-        raise _gave_up(session_id, conflict)
-
-
-def _clearing(session_id: str, view: Sequence[SessionEvent]) -> SessionEvent:
-    """A boundary event whose view is empty: every event of `view` leaves the prompt."""
-    boundary = CompactionBoundary(
-        id=new_id(),
-        pinned_event_ids=(),
-        summary_event_ids=(),
-        preserved_event_ids=(),
-        covered_event_count=len(view),
-        tokens_estimated_saved=event_tokens().total(view),
-        strategy=CLEAR_STRATEGY,
-    )
-    return boundary.to_event(session_id)
+        with contextlib.suppress(SessionNotFound):
+            await service.clear_view(session_id, retries=_TRIES - 1)
 
 
 def _gave_up(session_id: str, conflict: VersionConflict | None) -> Exception:
