@@ -38,10 +38,35 @@ SYSTEM = (
     "and vehicle control. Call the tools the request needs, then say what you did."
 )
 
-_FILLER = (
-    "entry record status value field item total path line node index batch result detail "
-    "owner created updated size count level label group order balance ticket message vehicle"
-).split()
+_FILLER = [
+    "entry",
+    "record",
+    "status",
+    "value",
+    "field",
+    "item",
+    "total",
+    "path",
+    "line",
+    "node",
+    "index",
+    "batch",
+    "result",
+    "detail",
+    "owner",
+    "created",
+    "updated",
+    "size",
+    "count",
+    "level",
+    "label",
+    "group",
+    "order",
+    "balance",
+    "ticket",
+    "message",
+    "vehicle",
+]
 
 KINDS = ("orphan result", "unanswered call", "first not user", "empty", "lost request")
 """The five ways a prompt is counted as broken, in table order."""
