@@ -36,7 +36,6 @@ import sys
 sys.dont_write_bytecode = True
 
 import argparse  # noqa: E402
-import warnings  # noqa: E402
 import asyncio  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
@@ -44,6 +43,7 @@ import random  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Awaitable, Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -51,9 +51,9 @@ from typing import Any  # noqa: E402
 BENCH = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BENCH))
 
-from _harness import table, words  # noqa: E402
 from validity import versions  # noqa: E402
 
+from _harness import table, words  # noqa: E402
 from turnlog import (  # noqa: E402
     CompactionRequest,
     CompactionWindow,

@@ -68,6 +68,7 @@ from turnlog import (  # noqa: E402
     ToolResult,
     WindowCompactionStrategy,
 )
+from turnlog.tokens import event_tokens  # noqa: E402
 
 SIZES = tuple(range(2, 31))
 BUDGETS = (200, 400, 800, 1600)
@@ -76,9 +77,17 @@ Tally = dict[str, dict[int, Counter[str]]]
 """setting -> N (or budget) -> kind -> prompts; the kind "requests" counts every prompt."""
 
 
-def record(tally: Tally, setting: str, size: int, prompt: Sequence[Msg], newest: str) -> None:
+def record(
+    tally: Tally,
+    setting: str,
+    size: int,
+    prompt: Sequence[Msg],
+    newest: str,
+    over_budget: bool = False,
+) -> None:
     counter = tally[setting][size]
     counter["requests"] += 1
+    counter["over budget"] += over_budget
     found = breaks(prompt, newest)
     for kind in found:
         counter[kind] += 1
@@ -370,7 +379,8 @@ def run_langchain(corpus: Sequence[Transcript], tally: Tally) -> None:
                         token_counter=count_tokens_approximately,
                         **options,
                     )
-                    record(tally, setting, budget, from_langchain(trimmed, users), newest)
+                    over = count_tokens_approximately(trimmed) > budget
+                    record(tally, setting, budget, from_langchain(trimmed, users), newest, over)
 
 
 # -- turnlog --------------------------------------------------------------------------------
@@ -410,6 +420,7 @@ def run_turnlog(corpus: Sequence[Transcript], tally: Tally) -> None:
         *(("turnlog token_budget(B)", b, CompactionWindow.token_budget(b)) for b in BUDGETS),
     ]
     strategies = [(s, n, WindowCompactionStrategy(w)) for s, n, w in windows]
+    tokens = event_tokens()  # the counter a token_budget window uses by default
     for transcript in corpus:
         users = user_uids(transcript)
         for setting, n, strategy in strategies:
@@ -426,7 +437,8 @@ def run_turnlog(corpus: Sequence[Transcript], tally: Tally) -> None:
                         service.append_message(sid, turnlog_message(m))
                     service.compact(sid, lambda request: True, strategy)
                     prompt = from_turnlog(service.view_messages(sid), users)
-                    record(tally, setting, n, prompt, turn.user.uid)
+                    over = "token" in setting and tokens.total(service.view(sid)) > n
+                    record(tally, setting, n, prompt, turn.user.uid, over)
                 service.append_message(sid, turnlog_message(turn.answer))
             service.delete(sid)
 
@@ -445,10 +457,19 @@ def versions() -> str:
     )
 
 
+def over(setting: str, counter: Counter[str]) -> str:
+    """Prompts over the token budget (by the setting's own counter); "-" for a count window."""
+    return f"{counter['over budget']:,}" if is_tokens(setting) else "-"
+
+
+def is_tokens(setting: str) -> bool:
+    return "token" in setting
+
+
 def render(tally: Tally, by_n: bool) -> str:
     from _harness import table
 
-    headers = ["setting", "prompts", *KINDS, "any", "broken %"]
+    headers = ["setting", "prompts", *KINDS, "any", "broken %", "over budget"]
     rows = []
     for setting, sizes in tally.items():
         total: Counter[str] = Counter()
@@ -461,6 +482,7 @@ def render(tally: Tally, by_n: bool) -> str:
                 *(f"{total[k]:,}" for k in KINDS),
                 f"{total['any']:,}",
                 f"{100 * total['any'] / total['requests']:.1f}",
+                over(setting, total),
             ]
         )
     parts = ["all N (or budgets) together:", table(headers, rows)]
@@ -473,10 +495,11 @@ def render(tally: Tally, by_n: bool) -> str:
                     *(f"{c[k]:,}" for k in KINDS),
                     f"{c['any']:,}",
                     f"{100 * c['any'] / c['requests']:.1f}",
+                    over(setting, c),
                 ]
                 for n, c in sorted(sizes.items())
             ]
-            unit = "tokens" if "token" in setting or "(B)" in setting else "N"
+            unit = "tokens" if is_tokens(setting) else "N"
             parts += ["", f"{setting}, by {unit}:", table([unit, *headers[1:]], per)]
     return "\n".join(parts)
 
