@@ -466,6 +466,43 @@ def is_tokens(setting: str) -> bool:
     return "token" in setting
 
 
+def crosstab(tally: Tally, *, tokens: bool) -> str:
+    """Broken % per N (or budget) in one table: a column per setting, labelled S1, S2, ..."""
+    from _harness import table
+
+    settings = [s for s in tally if is_tokens(s) == tokens]
+    sizes = sorted({n for s in settings for n in tally[s]})
+    labels = [f"{short(s)}" for s in settings]
+    rows = []
+    for n in sizes:
+        cells = []
+        for s in settings:
+            c = tally[s][n]
+            cells.append(f"{100 * c['any'] / c['requests']:.1f}" if c["requests"] else "")
+        rows.append([str(n), *cells])
+    return table(["tokens" if tokens else "N", *labels], rows)
+
+
+SHORT = {
+    "Agents SDK get_items(limit=N) + input": "SDK get_items",
+    "Agents SDK Runner input (limit=N)": "SDK Runner",
+    "pydantic-ai messages[-N:] (processor output)": "pai [-N:]",
+    "pydantic-ai messages[-N:] as sent (built-in clean)": "pai sent",
+    "pydantic-ai messages[-N:] + docs' pairing repair": "pai repair",
+    "LangChain trim_messages defaults, N messages": "LC default",
+    "LangChain trim_messages recommended, N messages": "LC recommended",
+    "LangChain trim_messages defaults, tokens": "LC default",
+    "LangChain trim_messages recommended, tokens": "LC recommended",
+    "turnlog last_turns(N)": "turnlog turns",
+    "turnlog last_events(N)": "turnlog events",
+    "turnlog token_budget(B)": "turnlog budget",
+}
+
+
+def short(setting: str) -> str:
+    return SHORT.get(setting, setting)
+
+
 def render(tally: Tally, by_n: bool) -> str:
     from _harness import table
 
@@ -485,7 +522,10 @@ def render(tally: Tally, by_n: bool) -> str:
                 over(setting, total),
             ]
         )
-    parts = ["all N (or budgets) together:", table(headers, rows)]
+    parts = ["all N (or budgets) together:", table(headers, rows), ""]
+    parts += ["broken % by N (any kind); columns in the order of the rows above:"]
+    parts += [crosstab(tally, tokens=False), ""]
+    parts += ["broken % by token budget (any kind):", crosstab(tally, tokens=True)]
     if by_n:
         for setting, sizes in tally.items():
             per = [
