@@ -39,6 +39,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -325,7 +326,8 @@ def main() -> int:
     print(text)
     verdict = "MET" if met else "MISSED"
     print(f"turnlog at {sizes[-1]:,} items within 1.5x of {sizes[0]:,}: {verdict}")
-    print(f"run time {time.perf_counter() - started:.1f} s")
+    print(f"run time {time.perf_counter() - started:.1f} s, load average at the end ", end="")
+    print(f"{os.getloadavg()[0]:.1f}")
     return 0 if met else 1
 
 

@@ -39,6 +39,7 @@ import asyncio  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import sqlite3  # noqa: E402
 import time  # noqa: E402
 from collections import Counter, defaultdict  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
@@ -451,7 +452,8 @@ def versions() -> str:
     found = ", ".join(f"{name} {version(name)}" for name in names)
     return (
         f"nproc {os.cpu_count()} | Python {platform.python_version()} | "
-        f"{platform.system()} {platform.machine()}\n"
+        f"SQLite {sqlite3.sqlite_version} | {platform.system()} {platform.machine()} | "
+        f"load average {os.getloadavg()[0]:.1f}\n"
         f"turnlog {turnlog.__version__} from {os.path.dirname(turnlog.__file__)}\n"
         f"{found}, bfcl-eval {BFCL_VERSION}"
     )
@@ -579,7 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("MET" if not turnlog_broken else "MISSED")
     )
     spent = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-    print(f"run time {time.perf_counter() - started:.1f} s ({spent})")
+    print(
+        f"run time {time.perf_counter() - started:.1f} s ({spent}), load average at the end ",
+        end="",
+    )
+    print(f"{os.getloadavg()[0]:.1f}")
     return 0 if not turnlog_broken else 1
 
 
