@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "compare"))
 
-from _transcripts import Call, Msg, _build, breaks, history_at, parse_call, requests  # noqa: E402
-from prompt_rules import breaks as rule_breaks  # noqa: E402
+from _transcripts import Call, Msg, _build, breaks, history_at, parse_call, requests
 
-from turnlog import Message, ToolCall, ToolResult  # noqa: E402
+from prompt_rules import breaks as rule_breaks
+from turnlog import Message, ToolCall, ToolResult
 
 QUESTION = [
     [{"role": "user", "content": "Make a folder temp in document and move the report there."}],
