@@ -274,7 +274,7 @@ async def measure(contenders: list[Contender], rounds: int, seed: int) -> None:
                 await c.restore()
 
 
-async def run(rounds: int, sizes: tuple[int, ...], seed: int) -> tuple[str, bool]:
+async def run(rounds: int, sizes: tuple[int, ...], seed: int, only: str = "") -> tuple[str, bool]:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         content = Content(seed)
@@ -292,6 +292,7 @@ async def run(rounds: int, sizes: tuple[int, ...], seed: int) -> tuple[str, bool
                 await langchain(size, content),
                 turnlog(memory, "MemoryStore", size, content),
             ]
+        contenders = [c for c in contenders if only in c.name]
         await measure(contenders, rounds, seed)
         for service in (full, off, memory):
             service.close()
@@ -315,6 +316,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="15 rounds, 100 and 1,000 items")
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--only", default="", help="only the stores whose name holds this text")
     parser.add_argument("--seed", type=int, default=2)
     args = parser.parse_args()
     started = time.perf_counter()
@@ -322,7 +324,7 @@ def main() -> int:
     sizes = SIZES[:2] if args.quick else SIZES
     rounds = 15 if args.quick else args.rounds
     print(f"{rounds} rounds, sizes {', '.join(f'{s:,}' for s in sizes)}")
-    text, met = asyncio.run(run(rounds, sizes, args.seed))
+    text, met = asyncio.run(run(rounds, sizes, args.seed, args.only))
     print(text)
     verdict = "MET" if met else "MISSED"
     print(f"turnlog at {sizes[-1]:,} items within 1.5x of {sizes[0]:,}: {verdict}")
