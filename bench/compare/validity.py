@@ -89,6 +89,7 @@ def record(
     counter = tally[setting][size]
     counter["requests"] += 1
     counter["over budget"] += over_budget
+    counter["messages"] += sum(1 for m in prompt if m.role != "system")
     found = breaks(prompt, newest)
     for kind in found:
         counter[kind] += 1
@@ -508,7 +509,7 @@ def short(setting: str) -> str:
 def render(tally: Tally, by_n: bool) -> str:
     from _harness import table
 
-    headers = ["setting", "prompts", *KINDS, "any", "broken %", "over budget"]
+    headers = ["setting", "prompts", *KINDS, "any", "broken %", "over budget", "mean msgs"]
     rows = []
     for setting, sizes in tally.items():
         total: Counter[str] = Counter()
@@ -522,6 +523,7 @@ def render(tally: Tally, by_n: bool) -> str:
                 f"{total['any']:,}",
                 f"{100 * total['any'] / total['requests']:.1f}",
                 over(setting, total),
+                f"{total['messages'] / total['requests']:.1f}",
             ]
         )
     parts = ["all N (or budgets) together:", table(headers, rows), ""]
@@ -538,6 +540,7 @@ def render(tally: Tally, by_n: bool) -> str:
                     f"{c['any']:,}",
                     f"{100 * c['any'] / c['requests']:.1f}",
                     over(setting, c),
+                    f"{c['messages'] / c['requests']:.1f}",
                 ]
                 for n, c in sorted(sizes.items())
             ]
