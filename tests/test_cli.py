@@ -467,11 +467,18 @@ def test_sessions_lists_ids_and_sizes(demo_db, capsys):
     header, *rows = out.strip().splitlines()
     assert header.split()[:2] == ["session", "created"]
     assert sorted(r.split()[0] for r in rows) == sorted(ALL_DEMO_SESSIONS)
+    assert "tokens" not in header  # counted only with --tokens
     code, out, _ = run(capsys, "--db", demo_db, "sessions", "--json")
     listed = {s["id"]: s for s in json.loads(out)}
     assert listed["demo-summary"]["version"] == 40
     assert listed["demo-summary"]["view_messages"] == 9
-    assert listed["demo-summary"]["view_tokens"] > 0
+    assert "view_tokens" not in listed["demo-summary"]
+    code, out, _ = run(capsys, "--db", demo_db, "sessions", "--tokens", "--json")
+    assert {s["id"]: s for s in json.loads(out)}["demo-summary"]["view_tokens"] > 0
+    code, out, _ = run(capsys, "--db", demo_db, "sessions", "--tokens")
+    header, *rows = out.strip().splitlines()
+    assert header.split()[-1] == "tokens"
+    assert all(r.split()[-1].isdigit() for r in rows)
 
 
 def test_sessions_on_an_empty_database(db, capsys):

@@ -1,11 +1,21 @@
 """Stored bodies of every released format stay readable forever (fixtures never change)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from turnlog import CompactionBoundary, CorruptData, InvalidInput, Message, ToolCall, ToolResult
+from turnlog import (
+    CompactionBoundary,
+    CorruptData,
+    EventType,
+    InvalidInput,
+    Message,
+    SessionEvent,
+    ToolCall,
+    ToolResult,
+)
 from turnlog.codec import decode_event, encode_body, from_micros, to_micros
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "bodies_v1.json").read_text("utf-8"))
@@ -109,3 +119,74 @@ def test_old_tool_results_read_as_not_failed():
 def test_is_error_must_be_a_bool():
     with pytest.raises(InvalidInput):
         ToolResult("c1", "f", "x", is_error="yes")
+
+
+def _row(body, *, type_name="MESSAGE", micros=1_700_000_000_000_001, synthetic=False):
+    return decode_event(
+        event_id="e",
+        session_id="sx",
+        seq=7,
+        type_name=type_name,
+        timestamp_micros=micros,
+        synthetic=synthetic,
+        body=body,
+    )
+
+
+def test_decoded_events_equal_the_events_built_by_hand():
+    # The fast decode builds records without their __init__: each must equal the checked one.
+    events = [
+        SessionEvent.for_message("sx", Message.user("hi"), event_id="e", metadata={"k": [1]}),
+        SessionEvent.for_message(
+            "sx",
+            Message.assistant("looking", [ToolCall("c1", "f", '{"a": 1}'), ToolCall("c2", "g")]),
+            event_id="e",
+        ),
+        SessionEvent.for_message(
+            "sx",
+            Message.tool([ToolResult("c1", "f", "boom", is_error=True), ToolResult("c2", "g", "")]),
+            event_id="e",
+        ),
+        SessionEvent.for_message(
+            "sx", Message("assistant", "sum", metadata={"m": None}), event_id="e", synthetic=True
+        ),
+        SessionEvent.for_payload("sx", EventType.of("ACME.NOTE"), {"n": [1, 2.5]}, event_id="e"),
+    ]
+    for event in events:
+        got = _row(
+            encode_body(event),
+            type_name=event.type.name,
+            micros=1_700_000_000_000_001,
+            synthetic=event.synthetic,
+        )
+        stamp = from_micros(1_700_000_000_000_001)
+        assert got == dataclasses.replace(event, seq=7, timestamp=stamp)
+        assert (type(got.synthetic) is bool and got.type is event.type) or got.type == event.type
+        if got.message is not None:
+            assert type(got.message.tool_calls) is tuple
+            assert type(got.message.tool_results) is tuple
+    assert _row(b'{"v":1,"message":{"role":"user","text":"x"}}', synthetic=1).synthetic is True
+
+
+@pytest.mark.parametrize(
+    ("body", "type_name", "micros", "why"),
+    [
+        (b'{"v": 1, "payload": 1}', "MESSAGE", 0, "without a message"),
+        (b'{"v": 1, "message": {"role": "user"}}', "COMPACTION", 0, "with a message"),
+        (b'{"v": 1, "message": {"role": "user"}}', "MESSAGE", True, "integer microseconds"),
+        (b'{"v": 1, "message": {"role": "user"}}', "MESSAGE", "12", "integer microseconds"),
+        (b'{"v": 1, "message": {"role": "user"}}', "MESSAGE", 2**62, ""),
+        (b'{"v": 1, "message": {"role": "user", "tool_calls": [["c"]]}}', "MESSAGE", 0, ""),
+        (
+            b'{"v": 1, "message": {"role": "tool", "tool_results": [[1, "f", "x"]]}}',
+            "MESSAGE",
+            0,
+            "",
+        ),
+    ],
+)
+def test_a_damaged_row_is_corrupt_data(body, type_name, micros, why):
+    with pytest.raises(
+        CorruptData, match=rf"seq 7 \('e'\) of session 'sx' cannot be read: .*{why}"
+    ):
+        _row(body, type_name=type_name, micros=micros)

@@ -208,20 +208,22 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
     rows = []
     for s in svc.sessions():
         view = svc.view(s.id)
-        rows.append((s, svc.version(s.id), len(sent_events(view)), view_tokens(view)))
+        tokens = view_tokens(view) if args.tokens else None
+        rows.append((s, svc.version(s.id), len(sent_events(view)), tokens))
     if args.json:
-        out = [
-            {
+        out = []
+        for s, version, size, tokens in rows:
+            entry: dict[str, object] = {
                 "id": s.id,
                 "created_at": s.created_at.isoformat(),
                 "expires_at": None if s.expires_at is None else s.expires_at.isoformat(),
                 "version": version,
                 "view_messages": size,
-                "view_tokens": tokens,
-                "metadata": dict(s.metadata),
             }
-            for s, version, size, tokens in rows
-        ]
+            if tokens is not None:
+                entry["view_tokens"] = tokens
+            entry["metadata"] = dict(s.metadata)
+            out.append(entry)
         print(dumps(out))
         return 0
     if not rows:
@@ -231,12 +233,13 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
     ids = [visible(r[0].id) for r in rows]
     wide = max(len("session"), *(len(i) for i in ids))
     print(
-        f"{'session':<{wide}}  {'created (UTC)':<19}  {'expires (UTC)':<19}  events  view  tokens"
+        f"{'session':<{wide}}  {'created (UTC)':<19}  {'expires (UTC)':<19}  events  view"
+        + ("  tokens" if args.tokens else "")
     )
     for shown, (s, version, size, tokens) in zip(ids, rows, strict=True):
         print(
             f"{shown:<{wide}}  {when(s.created_at):<19}  {when(s.expires_at):<19}  "
-            f"{version:>6}  {size:>4}  {tokens:>6}"
+            f"{version:>6}  {size:>4}" + ("" if tokens is None else f"  {tokens:>6}")
         )
     return 0
 
@@ -251,17 +254,15 @@ def _cmd_show(svc: SessionService, args: argparse.Namespace) -> int:
         else:
             shown = view
             status = statuses(view, view, newest_boundary(svc, args.session))
-        out = {
-            "session": args.session,
-            "version": svc.version(args.session),
-            "view_tokens": view_tokens(view),
-            "log" if args.log else "view": [event_json(e, status.get(e.id, "-")) for e in shown],
-        }
+        out: dict[str, object] = {"session": args.session, "version": svc.version(args.session)}
+        if args.tokens:
+            out["view_tokens"] = view_tokens(view)
+        out["log" if args.log else "view"] = [event_json(e, status.get(e.id, "-")) for e in shown]
         print(dumps(out))
     elif args.log:
         print_log(svc, args.session)
     else:
-        print_view(svc, args.session)
+        print_view(svc, args.session, tokens=args.tokens)
     return 0
 
 
@@ -344,7 +345,7 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
     ("import", _cmd_import, "import a conversation: OpenAI messages (JSON or JSONL) or ShareGPT",
      "turnlog import chat.json --session support-42\n  turnlog import dataset.jsonl"),
     ("sessions", _cmd_sessions, "list the sessions: created, expires, events, view size",
-     "turnlog sessions\n  turnlog sessions --json"),
+     "turnlog sessions\n  turnlog sessions --tokens --json"),
     ("show", _cmd_show, "print a session's view (default) or its whole log",
      "turnlog show demo-summary\n  turnlog show demo-summary --log"),
     ("compact", _cmd_compact, "compact a session with a window, optionally only if a trigger fires",
@@ -369,8 +370,11 @@ _DETAILS = {
     "calls left unanswered, an empty assistant message, the assistant speaking first) is "
     "refused unless --allow-broken stores it as it is; the view sent to a model then repairs "
     "it, visibly.",
+    "sessions": "Token counts are left out unless --tokens asks for them: counting loads the "
+    "tokenizer.",
     "show": "--view (the default) lists what the model is sent. --log lists every event: "
-    "covered ones left the view but stay in the log; BOUNDARY lines are compactions.",
+    "covered ones left the view but stay in the log; BOUNDARY lines are compactions. --tokens "
+    "adds the view's token count.",
     "chat": CHAT_DETAILS,
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
     "both it runs when either fires. Nothing is written when the view already fits.",
@@ -428,6 +432,11 @@ def _parser() -> argparse.ArgumentParser:
         commands[name].add_argument("session", help="the session id")
     for name in ("sessions", "show"):
         commands[name].add_argument("--json", action="store_true", help="print JSON")
+        commands[name].add_argument(
+            "--tokens",
+            action="store_true",
+            help="also count the tokens of each view (loads the tokenizer: about 0.6 s)",
+        )
     show = commands["show"].add_mutually_exclusive_group()
     show.add_argument("--view", action="store_true", help="what the model is sent (default)")
     show.add_argument("--log", action="store_true", help="every event, covered ones marked")

@@ -224,15 +224,14 @@ def print_log(svc: SessionService, session_id: str, *, fold: bool = False) -> No
     print("\n".join("  " + line for line in rows(log, status, fold=fold)))
 
 
-def print_view(svc: SessionService, session_id: str) -> None:
-    """Print what the model is sent for a session, each event labelled."""
+def print_view(svc: SessionService, session_id: str, *, tokens: bool = True) -> None:
+    """Print what the model is sent for a session, each event labelled; with its tokens unless
+    `tokens` is False (counting loads the tokenizer)."""
     view = svc.view(session_id)
     status = statuses(view, view, newest_boundary(svc, session_id))
     sent = len(sent_events(view))
-    print(
-        f"view of {visible(session_id)}: {sent} messages sent to the model, "
-        f"{view_tokens(view):,} {unit()}"
-    )
+    counted = f", {view_tokens(view):,} {unit()}" if tokens else ""
+    print(f"view of {visible(session_id)}: {sent} messages sent to the model{counted}")
     print("\n".join("  " + line for line in rows(view, status)))
 
 

@@ -18,6 +18,7 @@ fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -41,6 +42,7 @@ __all__ = [
     "dump_json",
     "dump_jsonb",
     "encode_body",
+    "event_from_row",
     "from_micros",
     "load_json",
     "message_ids",
@@ -211,41 +213,55 @@ def decode_event(
     Raises:
         CorruptData: the body cannot be decoded, names the session and seq.
     """
+    return event_from_row(event_id, session_id, seq, type_name, timestamp_micros, synthetic, body)
+
+
+def event_from_row(
+    event_id: str,
+    session_id: str,
+    seq: int,
+    type_name: str,
+    timestamp_micros: int,
+    synthetic: bool | int,
+    body: bytes | str,
+) -> SessionEvent:
+    """`decode_event` with positional arguments: the loop that reads a whole log calls this.
+
+    msgspec decodes the body into structs of exactly the fields' types, so the records are
+    built from them without running their validation again.
+
+    Raises:
+        CorruptData: the body cannot be decoded, names the session and seq.
+    """
     try:
-        decoded = _decoder.decode(body)
-        if decoded.v != FORMAT_VERSION:
+        decoded = _decode_body(body)
+        if decoded.v != 1:  # FORMAT_VERSION
             raise ValueError(f"unknown body format {decoded.v}")
-        event_type = _event_type(type_name)
+        event_type = _TYPES.get(type_name) or _event_type(type_name)
         wire = decoded.message
-        if (wire is None) == (event_type is EventType.MESSAGE):
-            raise ValueError(f"a {type_name} row with{'out' if wire is None else ''} a message")
-        message = None
-        if wire is not None:
-            if wire.role not in ROLES:
-                raise ValueError(f"unknown role {wire.role!r}")
-            # msgspec decoded the JSON into exactly these types: build without validating again
-            message = _trusted(
-                Message,
-                role=wire.role,
-                text=wire.text,
-                tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in wire.tool_calls),
-                tool_results=tuple(
-                    ToolResult(r.call_id, r.name, r.content, r.is_error) for r in wire.tool_results
-                ),
-                metadata=wire.metadata,
+        if wire is None:
+            if event_type is _MESSAGE:
+                raise ValueError(f"a {type_name} row without a message")
+            message = None
+        else:
+            if event_type is not _MESSAGE:
+                raise ValueError(f"a {type_name} row with a message")
+            message = _message(wire)
+        if type(timestamp_micros) is not int:
+            raise TypeError(
+                f"a timestamp is stored as integer microseconds, found {timestamp_micros!r}"
             )
-        return _trusted(
-            SessionEvent,
-            id=event_id,
-            session_id=session_id,
-            type=event_type,
-            message=message,
-            payload=decoded.payload,
-            metadata=decoded.metadata,
-            synthetic=bool(synthetic),
-            seq=seq,
-            timestamp=from_micros(timestamp_micros),
-        )
+        event = _new(SessionEvent)
+        _set_id(event, event_id)
+        _set_session_id(event, session_id)
+        _set_type(event, event_type)
+        _set_message(event, message)
+        _set_payload(event, decoded.payload)
+        _set_event_metadata(event, decoded.metadata)
+        _set_synthetic(event, bool(synthetic))
+        _set_seq(event, seq)
+        _set_timestamp(event, _EPOCH + _timedelta(0, 0, timestamp_micros))
+        return event
     except (
         msgspec.DecodeError,
         msgspec.ValidationError,
@@ -258,6 +274,43 @@ def decode_event(
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
+
+
+def _message(wire: _Message) -> Message:
+    """The `Message` of a decoded body's message, built without validating again."""
+    role = wire.role
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    message = _new(Message)
+    _set_role(message, role)
+    _set_text(message, wire.text)
+    calls = wire.tool_calls
+    if calls:
+        built_calls = []
+        for c in calls:
+            call = _new(ToolCall)
+            _set_call_id(call, c.id)
+            _set_call_name(call, c.name)
+            _set_call_arguments(call, c.arguments)
+            built_calls.append(call)
+        _set_tool_calls(message, tuple(built_calls))
+    else:
+        _set_tool_calls(message, ())
+    results = wire.tool_results
+    if results:
+        built_results = []
+        for r in results:
+            result = _new(ToolResult)
+            _set_result_call_id(result, r.call_id)
+            _set_result_name(result, r.name)
+            _set_result_content(result, r.content)
+            _set_result_is_error(result, r.is_error)
+            built_results.append(result)
+        _set_tool_results(message, tuple(built_results))
+    else:
+        _set_tool_results(message, ())
+    _set_message_metadata(message, wire.metadata)
+    return message
 
 
 def decode_session(
@@ -312,6 +365,42 @@ def _trusted(cls: type[_T], **values: Any) -> _T:
 @functools.lru_cache(maxsize=256)
 def _event_type(name: str) -> EventType:
     return EventType.MESSAGE if name == "MESSAGE" else EventType.of(name)
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The slot's own setter: sets a field of a frozen record as its `__init__` does."""
+    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
+    return setter
+
+
+# Records are built field by field through their slots, bypassing the frozen `__setattr__` and
+# the validation in `__post_init__` (the values come typed from msgspec).
+_new: Final = object.__new__
+_timedelta: Final = timedelta
+_decode_body: Final = _decoder.decode
+_MESSAGE: Final = EventType.MESSAGE
+_TYPES: Final = {"MESSAGE": EventType.MESSAGE, "COMPACTION": EventType.COMPACTION}
+_set_id: Final = _setter(SessionEvent, "id")
+_set_session_id: Final = _setter(SessionEvent, "session_id")
+_set_type: Final = _setter(SessionEvent, "type")
+_set_message: Final = _setter(SessionEvent, "message")
+_set_payload: Final = _setter(SessionEvent, "payload")
+_set_event_metadata: Final = _setter(SessionEvent, "metadata")
+_set_synthetic: Final = _setter(SessionEvent, "synthetic")
+_set_seq: Final = _setter(SessionEvent, "seq")
+_set_timestamp: Final = _setter(SessionEvent, "timestamp")
+_set_role: Final = _setter(Message, "role")
+_set_text: Final = _setter(Message, "text")
+_set_tool_calls: Final = _setter(Message, "tool_calls")
+_set_tool_results: Final = _setter(Message, "tool_results")
+_set_message_metadata: Final = _setter(Message, "metadata")
+_set_call_id: Final = _setter(ToolCall, "id")
+_set_call_name: Final = _setter(ToolCall, "name")
+_set_call_arguments: Final = _setter(ToolCall, "arguments")
+_set_result_call_id: Final = _setter(ToolResult, "call_id")
+_set_result_name: Final = _setter(ToolResult, "name")
+_set_result_content: Final = _setter(ToolResult, "content")
+_set_result_is_error: Final = _setter(ToolResult, "is_error")
 
 
 def dump_json(value: Any) -> str:

@@ -11,7 +11,6 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -26,7 +25,9 @@ USAGE_KEY: Final = "turnlog.usage"
 
 def prompt_digest(events: Sequence[SessionEvent]) -> str:
     """A short digest of the events of a prompt: their ids, in order."""
-    digest = hashlib.blake2b(digest_size=12)
+    from hashlib import blake2b  # on first use: hashlib is not part of `import turnlog`
+
+    digest = blake2b(digest_size=12)
     for event in events:
         digest.update(event.id.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")

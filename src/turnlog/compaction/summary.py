@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
@@ -30,7 +29,13 @@ __all__ = [
     "FilesFunction",
 ]
 
-logger = logging.getLogger("turnlog.compaction")
+
+def _warn(message: str, *args: object) -> None:
+    """Log at WARNING on the `turnlog.compaction` logger (logging loads on the first warning)."""
+    import logging
+
+    logging.getLogger("turnlog.compaction").warning(message, *args)
+
 
 DEFAULT_SUMMARY_SYSTEM_PROMPT = (
     "You keep the running memory of a conversation between a user and an AI assistant. "
@@ -278,7 +283,7 @@ class ChatModelSummarizer:
 
     def _failed(self, request: SummaryRequest, exc: Exception) -> None:
         """Log a failed model call at WARNING and tell `on_failure`."""
-        logger.warning(
+        _warn(
             "session %s: the summarizing model call failed (%s: %s); compaction skipped, the "
             "view is unchanged",
             request.session.id,
@@ -296,7 +301,7 @@ class ChatModelSummarizer:
             )
         text = reply.text
         if text is None or not text.strip():
-            logger.warning(
+            _warn(
                 "session %s: the summarizing model gave a blank reply; compaction skipped, "
                 "the view is unchanged",
                 request.session.id,
@@ -309,7 +314,7 @@ class ChatModelSummarizer:
             counter = counter_of(request)
             fitted = cut_to_fit(counter, self.shadow_prompt, text, self.max_tokens)
             if fitted != text:
-                logger.warning(
+                _warn(
                     "session %s: the summary held %d tokens, over max_tokens=%d: it was cut",
                     request.session.id,
                     turn_tokens(counter, self.shadow_prompt, text),

@@ -12,17 +12,18 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from itertools import starmap
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from turnlog.codec import (
-    decode_event,
     decode_session,
     dump_json,
     encode_body,
+    event_from_row,
     message_ids,
     to_micros,
 )
@@ -646,7 +647,7 @@ class SqliteStore:
                     f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? ORDER BY seq",
                     (session_id,),
                 ).fetchall()
-        return apply_filter([_event(r) for r in rows], flt)
+        return apply_filter(_events(rows), flt)
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")
@@ -668,7 +669,7 @@ class SqliteStore:
                     "AND type = 'MESSAGE' ORDER BY seq",
                     (session_id,),
                 ).fetchall()
-                return [_event(r) for r in rows]
+                return _events(rows)
             brow = conn.execute(
                 f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
                 (session_id, boundary_seq),
@@ -691,7 +692,7 @@ class SqliteStore:
             {e.id: e for e in (_event(r) for r in named) if (e.seq or 0) < boundary_seq}.values(),
             key=lambda e: e.seq or 0,
         )
-        return CompactionBoundary.project([*before, boundary_event, *(_event(r) for r in after)])
+        return CompactionBoundary.project([*before, boundary_event, *_events(after)])
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -804,15 +805,12 @@ def _session(row: Any) -> Session:
 
 
 def _event(row: Any) -> SessionEvent:
-    return decode_event(
-        event_id=row[0],
-        session_id=row[1],
-        seq=row[2],
-        type_name=row[3],
-        timestamp_micros=row[4],
-        synthetic=row[5],
-        body=row[6],
-    )
+    return event_from_row(*row)
+
+
+def _events(rows: Iterable[Any]) -> list[SessionEvent]:
+    """The events of rows of `_COLUMNS` (whose order is `event_from_row`'s)."""
+    return list(starmap(event_from_row, rows))
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -5,11 +5,12 @@ Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
 
-from turnlog.codec import decode_event, decode_session, dump_jsonb, encode_body, to_micros
+from turnlog.codec import decode_session, dump_jsonb, encode_body, event_from_row, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Session, SessionEvent, check_id
@@ -19,6 +20,7 @@ from turnlog.stores.postgres.queries import Queries
 __all__ = [
     "Batch",
     "event_of",
+    "events_of",
     "first_line",
     "refuse_boundaries",
     "session_of",
@@ -140,15 +142,16 @@ def event_of(session_id: str, row: Any) -> SessionEvent:
     Raises:
         CorruptData: a row turnlog cannot read.
     """
-    return decode_event(
-        event_id=row[1],
-        session_id=session_id,
-        seq=row[0],
-        type_name=row[2],
-        timestamp_micros=row[3],
-        synthetic=row[4],
-        body=row[5],
-    )
+    return event_from_row(row[1], session_id, row[0], row[2], row[3], row[4], row[5])
+
+
+def events_of(session_id: str, rows: Iterable[Any]) -> list[SessionEvent]:
+    """The events of rows of the events columns, as `event_of` reads each.
+
+    Raises:
+        CorruptData: a row turnlog cannot read.
+    """
+    return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
 
 
 def first_line(exc: BaseException) -> str:

@@ -58,6 +58,7 @@ from turnlog.stores.postgres.queries import Queries
 from turnlog.stores.postgres.rows import (
     Batch,
     event_of,
+    events_of,
     refuse_boundaries,
     session_of,
     session_params,
@@ -491,7 +492,7 @@ class PostgresStore:
             raise SessionNotFound(session_id)
         if rows[0][0] is None:
             return []
-        events = [event_of(session_id, r) for r in rows]
+        events = events_of(session_id, rows)
         if flt.roles is None and not flt.exclude_synthetic and flt.last_n is None:
             return events  # the types, if any, were filtered by the query
         return apply_filter(events, flt)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from turnlog.codec import decode_event, decode_session, encode_body, to_micros
+from turnlog.codec import decode_session, encode_body, event_from_row, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
@@ -255,15 +255,7 @@ def event_of(
     Raises:
         CorruptData: the body cannot be decoded.
     """
-    return decode_event(
-        event_id=head[0],
-        session_id=session_id,
-        seq=seq,
-        type_name=head[1],
-        timestamp_micros=head[2],
-        synthetic=bool(head[3]),
-        body=body,
-    )
+    return event_from_row(head[0], session_id, seq, head[1], head[2], head[3], body)
 
 
 def decode_record(session_id: str, seq: int, record: bytes | None) -> SessionEvent:
