@@ -436,8 +436,7 @@ def _interrupted(call: ToolCall) -> ToolResult:
     return ToolResult(
         call.id,
         call.name,
-        "not run: the turn that made this call was interrupted before the tool's result was "
-        "stored",
+        "not run: the turn that made this call was interrupted before the tool's result was stored",
         is_error=True,
     )
 
