@@ -5,6 +5,7 @@ Runs through SessionService.compact on real stores (memory, SQLite file); counts
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,9 +57,7 @@ def tool_turn(svc, sid, n, *, tool="search", size=500, args="{}"):
 
 def results(view):
     """call id -> content of every tool result in the view."""
-    return {
-        r.call_id: r.content for e in view if e.message for r in e.message.tool_results
-    }
+    return {r.call_id: r.content for e in view if e.message for r in e.message.tool_results}
 
 
 def strategy(**kw):
@@ -76,9 +75,10 @@ def test_old_outputs_become_stand_ins_and_the_log_keeps_them(service):
     got = results(view)
     assert got["c4"] == "4" * 500 and got["c5"] == "5" * 500
     for n in (1, 2, 3):
-        assert got[f"c{n}"].startswith("[output of search cleared") and "500 characters" in got[
-            f"c{n}"
-        ]
+        assert (
+            got[f"c{n}"].startswith("[output of search cleared")
+            and "500 characters" in got[f"c{n}"]
+        )
     assert breaks(service.view_messages(sid)) == []
     log = service.events(sid)
     originals = stand_ins(log)
@@ -88,9 +88,9 @@ def test_old_outputs_become_stand_ins_and_the_log_keeps_them(service):
         "c3",
     ]
     stand_in = next(e for e in view if e.id in originals)
-    assert stand_in.synthetic and stand_in.message.metadata[STAND_IN_KEY] == originals[
-        stand_in.id
-    ].id
+    assert (
+        stand_in.synthetic and stand_in.message.metadata[STAND_IN_KEY] == originals[stand_in.id].id
+    )
     assert result.tokens_estimated_saved > 3 * 300
     assert len(result.covered_events) == 3  # the three originals left the view
     # the view keeps its order: each stand-in sits between its call and the answer
@@ -217,7 +217,8 @@ def test_the_recipe_with_a_summary_runs_async():
                 await svc.append_message(sid, Message.assistant(f"a{n}"))
             budget = 8000
             window = WindowCompactionStrategy(
-                CompactionWindow.token_budget(budget // 2), summarizer=summarize,
+                CompactionWindow.token_budget(budget // 2),
+                summarizer=summarize,
                 token_counter=CHARS,
             )
             s = strategy(keep_last=2, then=window, then_at=int(budget * 0.9))
@@ -287,3 +288,32 @@ def test_a_damaged_replaced_map_is_corrupt_data(replaced):
     payload["replaced"] = {"x1": "t1", "x2": "t1"}  # one original replaced twice
     with pytest.raises(CorruptData):
         CompactionBoundary.from_payload("b", payload)
+
+
+def test_show_log_shows_the_original_and_its_stand_in(tmp_path, capsys):
+    from turnlog.cli import main
+
+    db = tmp_path / "t.db"
+    with SessionService(SqliteStore(db)) as svc:
+        sid = svc.create("s").id
+        for n in range(1, 4):
+            tool_turn(svc, sid, n)
+        svc.compact(sid, ALWAYS, strategy(keep_last=1))
+    assert main(["--db", str(db), "show", "s", "--log"]) == 0
+    out = capsys.readouterr().out
+    assert len(re.findall(r"cleared\s+tool\s+Tool \[responses: search → 1111", out)) == 1
+    assert re.search(r"stand-in\s+tool\s+\(for seq 3\) Tool \[responses: search → \[output of", out)
+    assert "replaced 2" in out
+    assert main(["--db", str(db), "show", "s", "--log", "--json"]) == 0
+    log = json.loads(capsys.readouterr().out)["log"]
+    by_status = {}
+    for e in log:
+        by_status.setdefault(e["status"], []).append(e)
+    assert len(by_status["cleared"]) == 2 and len(by_status["stand-in"]) == 2
+    assert (
+        by_status["stand-in"][0]["message"]["metadata"][STAND_IN_KEY]
+        == (by_status["cleared"][0]["id"])
+    )
+    assert main(["--db", str(db), "show", "s"]) == 0
+    view_out = capsys.readouterr().out
+    assert "stand-in" in view_out and "1111" not in view_out

@@ -133,7 +133,9 @@ def check_stand_ins(service, sid):
     for event in service.view(sid):
         if event.message is not None and STAND_IN_KEY in event.message.metadata:
             original = originals[event.id].message
-            assert event.synthetic and event.message.metadata[STAND_IN_KEY] == originals[event.id].id
+            assert (
+                event.synthetic and event.message.metadata[STAND_IN_KEY] == originals[event.id].id
+            )
             assert [(r.call_id, r.name) for r in event.message.tool_results] == [
                 (r.call_id, r.name) for r in original.tool_results
             ]
