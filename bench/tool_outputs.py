@@ -6,7 +6,8 @@ own tool outputs are a line or two, so each call gets a realistic output generat
 deterministically from the entry id and the call: a short acknowledgement for calls that change
 state (cd, mkdir, post_tweet, ...) and, for the ones that read (grep, cat, diff, get_*, ...), a
 file excerpt, a listing or a JSON payload of 300 to 3,000 tokens (log-uniform). `--chain` entries
-make one session (20 by default: about 75 turns and 230 calls, 60k-80k tokens), so the context fills up.
+make one session (20 by default: about 75 turns, 230 calls, 60k-80k tokens), so the context
+fills up.
 
 One request is what is sent before each assistant message: the system prompt and the history,
 as each contender edits it. Each contender sees the same transcript:
@@ -198,7 +199,8 @@ def tool_output(entry_id: str, at: int, call: str) -> str:
         else:
             line = (
                 f"-rw-r--r-- 1 user staff {rng.randrange(100, 99_999):>6} "
-                f"{'_'.join(rng.choices(_WORDS, k=2))}_{rng.randrange(100)}.{rng.choice(['pdf', 'txt', 'csv'])}"
+                f"{'_'.join(rng.choices(_WORDS, k=2))}_{rng.randrange(100)}."
+                + rng.choice(["pdf", "txt", "csv"])
             )
         parts.append(line)
         size += len(line) // 3  # about 3 characters a token here; the bench counts exactly
