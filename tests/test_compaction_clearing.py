@@ -317,3 +317,24 @@ def test_show_log_shows_the_original_and_its_stand_in(tmp_path, capsys):
     assert main(["--db", str(db), "show", "s"]) == 0
     view_out = capsys.readouterr().out
     assert "stand-in" in view_out and "1111" not in view_out
+
+
+DOCS = Path(__file__).parent.parent / "docs" / "compaction.md"
+
+
+def test_the_docs_recipe_and_recall_run(capsys):
+    section = DOCS.read_text("utf-8").split("## Tool outputs")[1].split("\n## ")[0]
+    recipe, recall = [b.split("```")[0] for b in section.split("```python\n")[1:3]]
+    with SessionService(MemoryStore()) as svc:
+        sid = svc.create().id
+        for n in range(1, 12):
+            tool_turn(svc, sid, n, size=3000)
+        # the recipe, with a budget this session exceeds
+        exec(recipe.replace("200_000", "8_000"), {"service": svc, "session_id": sid})
+        view = svc.view(sid)
+        cleared = [e for e in view if e.message and STAND_IN_KEY in e.message.metadata]
+        assert cleared and len(results(view)) == len([e for e in view if e.role == "tool"])
+        assert [e.message.text for e in view if e.role == "user"][-1] == "q11"
+        exec(recall, {"service": svc, "session_id": sid})
+    printed = capsys.readouterr().out.split()
+    assert printed and all(len(p) == 3000 for p in printed)
