@@ -66,6 +66,8 @@ from turnlog.text import message_text  # noqa: E402
 from turnlog.tokens import O200kCounter  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
+SHORT_NOTE = "[{tool} output cleared: {tokens} tokens, kept in the log]"
+"""The stand-in of the rare-pass configuration: a note, no preview."""
 READ_PRICE = 0.1
 _WORDS = [
     "budget",
@@ -305,12 +307,12 @@ class Trimmer:
 class ClearToolUses:
     """LangChain's `ContextEditingMiddleware` with a `ClearToolUsesEdit`, run per request."""
 
-    def __init__(self, counter: O200kCounter, **options: Any) -> None:
+    def __init__(self, counter: Counter, **options: Any) -> None:
         from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
         from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
         def count(messages: Sequence[Any]) -> int:
-            return sum(counter.count(message_text(_from_langchain(m))) for m in messages)
+            return sum(counter(_from_langchain(m)) for m in messages)
 
         self.middleware = ContextEditingMiddleware(
             edits=[ClearToolUsesEdit(**options)], token_counter=count
@@ -445,12 +447,15 @@ def _same(a: Message, b: Message) -> bool:
     return message_text(a) == message_text(b) and a.role == b.role
 
 
-def contenders(budget: int, counter: O200kCounter) -> dict[str, Callable[[], Contender]]:
+def contenders(budget: int, count: Counter) -> dict[str, Callable[[], Contender]]:
     """Equivalent settings: the trimmer's (the last 2 turns kept, outputs over 500 characters
-    cut to a 200-character preview) every request and in rare passes; LangChain's (from 70% of
-    the budget, the newest 3 results kept, at least 20% of the budget cleared, or no minimum)."""
+    cut to a 200-character preview) every request, and its kept turns and size threshold in rare
+    passes (from 20% of the budget, at least 7.5% cleared, a short note); LangChain's (from 70%
+    of the budget, the newest 3 results kept, at least 20% of the budget cleared, or no
+    minimum)."""
     at = int(budget * 0.7)
     least = budget // 5
+    counter = count.counter
 
     def tl(**options: Any) -> Callable[[], Contender]:
         then = options.pop("then", None)
@@ -459,25 +464,25 @@ def contenders(budget: int, counter: O200kCounter) -> dict[str, Callable[[], Con
         return lambda: Turnlog(trigger, ToolOutputCompactionStrategy(**options, then=then))
 
     trigger = TokenCountTrigger(at, counter, reported=False)
-    low = int(budget * 0.3)
+    low, some = budget // 5, budget * 3 // 40
     rare = TokenCountTrigger(low, counter, reported=False)
-    trim = {"keep_last": 0, "keep_turns": 2, "min_tokens": 125, "preview_head": 200}
+    trim = {"keep_last": 0, "keep_turns": 2, "min_tokens": 125}
     return {
         "no editing": lambda: Turnlog(lambda request: False, None),
         "OpenAI ToolOutputTrimmer(recent_turns=2, max_output_chars=500, preview_chars=200)": (
             lambda: Trimmer(recent_turns=2, max_output_chars=500, preview_chars=200)
         ),
         "turnlog, the same: keep_turns=2, min_tokens=125, preview_head=200, every request": tl(
-            **trim
+            preview_head=200, **trim
         ),
-        f"turnlog, the same in rare passes: TokenCount({low}), clear_at_least={budget // 10}": tl(
-            trigger=rare, clear_at_least=budget // 10, **trim
+        f"turnlog, the same in rare passes: TokenCount({low}), clear_at_least={some}, note": tl(
+            trigger=rare, clear_at_least=some, placeholder=SHORT_NOTE, **trim
         ),
         f"LangChain ClearToolUsesEdit(trigger={at}, keep=3)": (
-            lambda: ClearToolUses(counter, trigger=at, keep=3)
+            lambda: ClearToolUses(count, trigger=at, keep=3)
         ),
         f"LangChain ClearToolUsesEdit(trigger={at}, keep=3, clear_at_least={least})": (
-            lambda: ClearToolUses(counter, trigger=at, keep=3, clear_at_least=least)
+            lambda: ClearToolUses(count, trigger=at, keep=3, clear_at_least=least)
         ),
         f"turnlog, the same: TokenCount({at}), keep_last=3, clear_at_least={least}": tl(
             trigger=trigger, keep_last=3, clear_at_least=least, min_tokens=1
@@ -505,9 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.chain}; budget {args.budget:,} tokens; first session: {len(plain)} messages, "
         f"{sum(count(m) for m in plain):,} tokens"
     )
-    counter = count.counter
     results: dict[str, Tally] = {}
-    for name, make in contenders(args.budget, counter).items():
+    for name, make in contenders(args.budget, count).items():
         started = time.perf_counter()
         results[name] = measure(make, chains, count)
         print(f"  {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
