@@ -32,10 +32,11 @@ from turnlog import (
     SessionService,
     SqliteStore,
     ToolCall,
+    ToolOutputCompactionStrategy,
     ToolResult,
     WindowCompactionStrategy,
 )
-from turnlog.compaction import sent_events
+from turnlog.compaction import STAND_IN_KEY, sent_events, stand_ins
 
 AUDIT = EventType.of("ACME.AUDIT")
 
@@ -61,6 +62,21 @@ move = st.one_of(
         ),
         st.booleans(),  # with a summarizer
     ),
+    # a call round: calls, then the results of all of them (two moves)
+    st.tuples(st.just("exchange"), st.integers(1, 3)),
+    # clear old tool outputs: keep_last, keep_turns, clear the arguments, then cut (or not)
+    st.tuples(
+        st.just("clear"),
+        st.integers(0, 3),
+        st.integers(0, 2),
+        st.booleans(),
+        st.one_of(
+            st.none(),
+            st.builds(CompactionWindow.last_turns, st.integers(1, 2)),
+            st.builds(CompactionWindow.last_events, st.integers(1, 5)),
+        ),
+        st.booleans(),  # the cut with a summarizer
+    ),
 )
 
 
@@ -83,12 +99,12 @@ class Moves:
         if kind == "system":
             return Message.system(m[1])
         if kind == "calls":
-            calls = [ToolCall(uid(), "f", "{}") for _ in range(m[1])]
+            calls = [ToolCall(uid(), "f", '{"a": "' + "x" * 40 + '"}') for _ in range(m[1])]
             self.calls += calls
             return Message.assistant(None, calls)
         picked = [self.calls[-1 - k] for k in m[1] if k < len(self.calls)]
         picked = picked or [ToolCall("never-made", "f", "{}")]
-        return Message.tool([ToolResult(c.id, c.name, "r") for c in picked])
+        return Message.tool([ToolResult(c.id, c.name, "result " * len(c.id)) for c in picked])
 
 
 def log_prompt(service, sid, *more):
@@ -101,10 +117,53 @@ def log_prompt(service, sid, *more):
     return systems[-1:] + [m for m in messages if m.role != "system"]
 
 
+def expand(moves):
+    """The moves, each call round made two moves: its calls, then all their results."""
+    for m in moves:
+        if m[0] == "exchange":
+            yield ("calls", m[1])
+            yield ("results", list(range(m[1])))
+        else:
+            yield m
+
+
+def check_stand_ins(service, sid):
+    """Each stand-in of the view answers and makes the calls its original did."""
+    originals = stand_ins(service.events(sid))
+    for event in service.view(sid):
+        if event.message is not None and STAND_IN_KEY in event.message.metadata:
+            original = originals[event.id].message
+            assert (
+                event.synthetic and event.message.metadata[STAND_IN_KEY] == originals[event.id].id
+            )
+            assert [(r.call_id, r.name) for r in event.message.tool_results] == [
+                (r.call_id, r.name) for r in original.tool_results
+            ]
+            assert [(c.id, c.name) for c in event.message.tool_calls] == [
+                (c.id, c.name) for c in original.tool_calls
+            ]
+
+
 def compact(service, sid, m):
-    strategy = WindowCompactionStrategy(
-        m[1], summarizer=summarize if m[2] else None, token_counter=CharCounter()
-    )
+    if m[0] == "clear":
+        then = None
+        if m[4] is not None:
+            then = WindowCompactionStrategy(
+                m[4], summarizer=summarize if m[5] else None, token_counter=CharCounter()
+            )
+        strategy = ToolOutputCompactionStrategy(
+            keep_last=m[1],
+            keep_turns=m[2],
+            clear_arguments=m[3],
+            min_tokens=1,
+            placeholder="-",
+            then=then,
+            token_counter=CharCounter(),
+        )
+    else:
+        strategy = WindowCompactionStrategy(
+            m[1], summarizer=summarize if m[2] else None, token_counter=CharCounter()
+        )
     service.compact(sid, lambda request: True, strategy)
 
 
@@ -118,8 +177,8 @@ def test_appends_are_refused_exactly_when_the_view_would_break(kind, moves, batc
             checked, free = service.create().id, service.create().id
             maker = Moves()
             refused = 0
-            for m in moves:
-                if m[0] == "compact":
+            for m in expand(moves):
+                if m[0] in ("compact", "clear"):
                     compact(service, checked, m)
                     compact(service, free, m)
                 elif m[0] == "custom":
@@ -149,6 +208,7 @@ def test_appends_are_refused_exactly_when_the_view_would_break(kind, moves, batc
                 raw = [e.message for e in sent_events(service.view(checked))]
                 assert sent == raw  # a checked log is sent as it is
                 assert breaks(service.view_messages(free)) == []
+                check_stand_ins(service, checked)
             assert breaks(log_prompt(service, checked)) == []
 
 
@@ -164,3 +224,45 @@ def test_the_oracle_sees_each_kind_of_break():
     assert breaks([u, asks, a])  # R2
     assert breaks([u, Message.assistant(" ")])  # empty
     assert breaks([u, Message.system("s")])  # R4
+
+
+clear_move = st.tuples(
+    st.just("clear"),
+    st.integers(0, 2),
+    st.integers(0, 1),
+    st.booleans(),
+    st.one_of(st.none(), st.builds(CompactionWindow.last_turns, st.integers(1, 2))),
+    st.booleans(),
+)
+agent_move = st.one_of(
+    # a turn: the question, rounds of k calls each answered, the answer
+    st.tuples(st.just("turn"), st.lists(st.integers(1, 3), max_size=3)),
+    clear_move,
+    st.tuples(st.just("system"), st.just("be brief")),
+)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.lists(agent_move, min_size=1, max_size=14))
+def test_tool_heavy_sessions_keep_the_rules_through_clearing(kind, moves):
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore() if kind == "memory" else SqliteStore(Path(tmp) / "t.db")
+        with SessionService(store) as service:
+            sid = service.create().id
+            maker = Moves()
+            for m in moves:
+                if m[0] == "clear":
+                    compact(service, sid, m)
+                elif m[0] == "system":
+                    service.append_message(sid, Message.system(m[1]))
+                else:
+                    service.append_message(sid, Message.user("q"))
+                    for k in m[1]:
+                        service.append_message(sid, maker.message(("calls", k)))
+                        service.append_message(sid, maker.message(("results", list(range(k)))))
+                    service.append_message(sid, Message.assistant("a"))
+                sent = service.view_messages(sid)
+                assert breaks(sent) == []
+                assert sent == [e.message for e in sent_events(service.view(sid))]
+                check_stand_ins(service, sid)

@@ -19,6 +19,7 @@ from turnlog.compaction import (
     FilesTouched,
     SummaryRequest,
     TokenCountTrigger,
+    ToolOutputCompactionStrategy,
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "TokenCountTrigger",
     "TokenCounter",
     "ToolCall",
+    "ToolOutputCompactionStrategy",
     "ToolResult",
     "ToolRoundsExceeded",
     "TurnCountTrigger",

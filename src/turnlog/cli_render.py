@@ -30,6 +30,7 @@ __all__ = [
     "print_log",
     "print_result",
     "print_view",
+    "replacements",
     "rows",
     "statuses",
     "unit",
@@ -111,7 +112,8 @@ def statuses(
     view: Sequence[SessionEvent],
     boundary: CompactionBoundary | None,
 ) -> dict[str, str]:
-    """Each message event's place: pinned, summary, preserved, new, view, superseded, covered."""
+    """Each message event's place: pinned, summary, preserved, new, view, superseded, covered;
+    a stand-in in the view is "stand-in", the event it replaced "cleared"."""
     in_view = {e.id for e in view}
     sent = {e.id for e in sent_events(view)}
     parts: dict[str, str] = {}
@@ -122,12 +124,16 @@ def statuses(
             ("preserved", boundary.preserved_event_ids),
         ):
             parts.update((i, name) for i in ids)
+    replaced = replacements(events, boundary)
+    cleared = {original for stand_in, original in replaced.items() if stand_in in in_view}
     out = {}
     for e in events:
         if e.message is None:
             continue
         if e.id not in in_view:
-            out[e.id] = "covered"
+            out[e.id] = "cleared" if e.id in cleared else "covered"
+        elif e.id in replaced:
+            out[e.id] = "stand-in"
         elif e.id not in sent:
             out[e.id] = "superseded"
         else:
@@ -135,12 +141,25 @@ def statuses(
     return out
 
 
+def replacements(
+    events: Sequence[SessionEvent], boundary: CompactionBoundary | None = None
+) -> dict[str, str]:
+    """Stand-in id -> the id of the event it replaced, from the boundaries among `events` and
+    `boundary`."""
+    out = dict(boundary.replaced) if boundary is not None else {}
+    for e in events:
+        if e.type == EventType.COMPACTION:
+            out.update(CompactionBoundary.from_event(e).replaced)
+    return out
+
+
 def boundary_text(b: CompactionBoundary) -> str:
     """One line about a boundary: strategy, counts, tokens saved."""
+    cleared = f", replaced {len(b.replaced)}" if b.replaced else ""
     return (
         f"{visible(b.strategy)}: pinned {len(b.pinned_event_ids)}, "
         f"summary {len(b.summary_event_ids)}, preserved {len(b.preserved_event_ids)}, "
-        f"covered {b.covered_event_count}; ~{b.tokens_estimated_saved:,} tokens saved"
+        f"covered {b.covered_event_count}{cleared}; ~{b.tokens_estimated_saved:,} tokens saved"
     )
 
 
@@ -151,6 +170,8 @@ def rows(
     with `fold`, a run of covered events is one line."""
     room = width() - 2
     lines = [f"{'seq':>5}  {'status':<10} {'role':<9}  text"]
+    seqs = {e.id: e.seq for e in events}
+    replaced = replacements(events)
     at = 0
     while at < len(events):
         e = events[at]
@@ -173,7 +194,10 @@ def rows(
             lines.append(head + _clip(json.dumps(e.payload, ensure_ascii=False), room - len(head)))
         else:
             head = f"{seq}  {status.get(e.id, ''):<10} {visible(e.role or ''):<9}  "
-            lines.append(head + _clip(event_text(e), room - len(head)))
+            note = ""
+            if e.id in replaced:
+                note = f"(for seq {seqs.get(replaced[e.id], '?')}) "
+            lines.append(head + note + _clip(event_text(e), room - len(head) - len(note)))
         at += 1
     return lines
 
@@ -219,7 +243,8 @@ def print_log(svc: SessionService, session_id: str, *, fold: bool = False) -> No
     log = svc.events(session_id)
     status = statuses(log, svc.view(session_id), CompactionBoundary.newest(log))
     print(
-        f"log of {visible(session_id)}: {len(log)} events; covered ones left the view, not the log"
+        f"log of {visible(session_id)}: {len(log)} events; covered and cleared ones left the "
+        "view, not the log"
     )
     print("\n".join("  " + line for line in rows(log, status, fold=fold)))
 
@@ -242,6 +267,7 @@ def print_result(result: CompactionResult, before: int, after: int) -> None:
     print(
         f"covered {len(result.covered_events)} events; pinned {len(result.pinned_events)}, "
         f"summary {len(result.summary_events)}, preserved {len(result.preserved_events)}"
+        + (f", stand-ins {len(result.stand_in_events)}" if result.stand_in_events else "")
     )
     print(
         f"{unit()} sent: {before:,} before -> {after:,} after ({before - after:,} fewer)\n"

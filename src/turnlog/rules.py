@@ -146,38 +146,41 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
             what to do instead.
     """
     summary_ids: set[str] = set()
+    stand_ins: set[str] = set()
     for at, event in enumerate(batch):
         m = event.message
         if m is None:
             if event.type == EventType.COMPACTION:
-                summary_ids = _summary_ids(event)
+                summary_ids, stand_ins = _appended_ids(event)
                 check_summary(
                     [e.message for e in batch[at + 1 :] if e.id in summary_ids and e.message],
                     f"the summary of compaction {event.id!r}",
                 )
             else:
-                summary_ids = set()
+                summary_ids, stand_ins = set(), set()
             continue
         if event.synthetic:
-            if event.id not in summary_ids:
+            if event.id not in summary_ids and event.id not in stand_ins:
                 raise InvalidInput(
                     f"synthetic event {event.id!r} is not the summary of a compaction: "
                     "synthetic events are appended in one batch right after the COMPACTION "
-                    "event whose summary_event_ids name them (SessionService.compact does it)."
-                    + _HINT
+                    "event whose summary_event_ids (or replaced, for a stand-in) name them "
+                    "(SessionService.compact does it)." + _HINT
                 )
             continue
-        summary_ids = set()
+        summary_ids, stand_ins = set(), set()
         if m.role != "system":
             tail = _step(tail, m, event.id)
     return tail
 
 
-def _summary_ids(event: SessionEvent) -> set[str]:
+def _appended_ids(event: SessionEvent) -> tuple[set[str], set[str]]:
+    """The summary ids and the stand-in ids a COMPACTION event names."""
     from turnlog.compaction.boundary import CompactionBoundary  # compaction imports this module
 
     try:
-        return set(CompactionBoundary.from_event(event).summary_event_ids)
+        boundary = CompactionBoundary.from_event(event)
+        return set(boundary.summary_event_ids), set(boundary.replaced)
     except CorruptData as exc:
         raise InvalidInput(f"compaction event {event.id!r} is malformed: {exc}") from exc
 

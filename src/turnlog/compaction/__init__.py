@@ -10,6 +10,7 @@ from turnlog.compaction.base import (
     count_turns,
 )
 from turnlog.compaction.boundary import CompactionBoundary
+from turnlog.compaction.clearing import STAND_IN_KEY, ToolOutputCompactionStrategy, stand_ins
 from turnlog.compaction.extractive import ExtractiveSummarizer
 from turnlog.compaction.files import FileOperations, FilesTouched
 from turnlog.compaction.summary import ChatModel, ChatModelSummarizer
@@ -22,6 +23,7 @@ from turnlog.compaction.triggers import (
 from turnlog.compaction.window import CompactionWindow, WindowCompactionStrategy
 
 __all__ = [
+    "STAND_IN_KEY",
     "ChatModel",
     "ChatModelSummarizer",
     "CompactionBoundary",
@@ -37,8 +39,10 @@ __all__ = [
     "FilesTouched",
     "SummaryRequest",
     "TokenCountTrigger",
+    "ToolOutputCompactionStrategy",
     "TurnCountTrigger",
     "WindowCompactionStrategy",
     "count_turns",
     "sent_events",
+    "stand_ins",
 ]

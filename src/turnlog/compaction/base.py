@@ -84,7 +84,8 @@ class CompactionResult:
     conflict: bool = False
     """True when another writer appended first; nothing was written. Retry if you like."""
     covered_events: tuple[SessionEvent, ...] = ()
-    """The events that left the view; they stay in the log."""
+    """The events that left the view (a cleared one too: its stand-in took its place); they
+    stay in the log."""
     pinned_events: tuple[SessionEvent, ...] = ()
     """Kept at the front of the view: the system prompt, a preamble, a carried-forward summary."""
     preserved_events: tuple[SessionEvent, ...] = ()
@@ -93,6 +94,9 @@ class CompactionResult:
     """The summary turn, as messages; empty for a plain window."""
     summary_events: tuple[SessionEvent, ...] = ()
     """The synthetic events that record the summary."""
+    stand_in_events: tuple[SessionEvent, ...] = ()
+    """The synthetic events that take the place of cleared ones in the view (the boundary's
+    `replaced` maps each to its original); appended after the summary events."""
     tokens_estimated_saved: int = 0
     """Tokens of the covered events minus tokens of the summary, by the strategy's counter."""
     boundary: CompactionBoundary | None = None
@@ -110,10 +114,11 @@ class CompactionResult:
         return replace(CompactionResult.nothing(), conflict=True)
 
     def events_to_append(self, session_id: str) -> list[SessionEvent]:
-        """The boundary event followed by the summary events; empty when unchanged."""
+        """The boundary event followed by the summary events and the stand-ins; empty when
+        unchanged."""
         if self.unchanged or self.boundary is None:
             return []
-        return [self.boundary.to_event(session_id), *self.summary_events]
+        return [self.boundary.to_event(session_id), *self.summary_events, *self.stand_in_events]
 
 
 class CompactionStrategy(Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnlog.errors import CorruptData, InvalidInput
@@ -46,6 +46,11 @@ class CompactionBoundary:
     """The estimated tokens removed from the prompt, net of the summary (for reporting)."""
     strategy: str
     """The name of the strategy that compacted."""
+    replaced: Mapping[str, str] = field(default_factory=dict)
+    """Stand-ins: the id of an event this compaction appended after the boundary -> the id of
+    the event it stands in for (e.g. a tool result cleared to a short note). The stand-in is
+    named in the view lists where the original was; the original stays in the log. Empty for
+    a compaction that replaced nothing, and then not stored (older boundaries read the same)."""
 
     def to_payload(self) -> dict[str, Any]:
         """The payload of the boundary event, as stored (the event id is not repeated)."""
@@ -56,6 +61,7 @@ class CompactionBoundary:
             "covered_event_count": self.covered_event_count,
             "tokens_estimated_saved": self.tokens_estimated_saved,
             "strategy": self.strategy,
+            **({"replaced": dict(self.replaced)} if self.replaced else {}),
         }
 
     def to_event(self, session_id: str) -> SessionEvent:
@@ -99,6 +105,7 @@ class CompactionBoundary:
                 raise ValueError("the counts must be integers")
             if not isinstance(payload["strategy"], str):
                 raise ValueError("strategy must be a string")
+            replaced = _replaced(payload.get("replaced", {}), ids)
         except (ValueError, InvalidInput) as exc:
             raise CorruptData(
                 f"compaction boundary {where or boundary_id!r} is damaged: {exc}"
@@ -111,12 +118,18 @@ class CompactionBoundary:
             covered_event_count=counts[0],
             tokens_estimated_saved=counts[1],
             strategy=payload["strategy"],
+            replaced=replaced,
         )
 
     @property
     def view_event_ids(self) -> tuple[str, ...]:
         """Pinned, summary and preserved ids, in view order."""
         return self.pinned_event_ids + self.summary_event_ids + self.preserved_event_ids
+
+    @property
+    def appended_event_ids(self) -> frozenset[str]:
+        """The ids of the events this compaction appended after it: summary and stand-ins."""
+        return frozenset(self.summary_event_ids) | frozenset(self.replaced)
 
     @staticmethod
     def newest(log: Sequence[SessionEvent]) -> CompactionBoundary | None:
@@ -131,8 +144,10 @@ class CompactionBoundary:
         """The active view of `log`: what the model sees.
 
         From the newest boundary: the pinned events, then the summary events, then the preserved
-        events, then every message event appended after the boundary. A log without a boundary
-        is its own view. Boundary events and events of other types are never in the view.
+        events, then every message event appended after the boundary. A stand-in the boundary
+        appended (`replaced`) sits where the boundary names it, in its original's place; the
+        original is not in the view. A log without a boundary is its own view. Boundary events
+        and events of other types are never in the view.
 
         Args:
             log: the events of one session, oldest first: the whole log, or any part of it that
@@ -151,9 +166,9 @@ class CompactionBoundary:
             return [e for e in log if e.message is not None]
         boundary = CompactionBoundary.from_event(log[at])
         by_id = {e.id: e for e in log[:at] if e.message is not None}
-        summary_ids = set(boundary.summary_event_ids)
+        placed = boundary.appended_event_ids
         after = [e for e in log[at + 1 :] if e.message is not None]
-        by_id.update((e.id, e) for e in after if e.id in summary_ids)
+        by_id.update((e.id, e) for e in after if e.id in placed)
         view = []
         for event_id in boundary.view_event_ids:
             event = by_id.get(event_id)
@@ -163,5 +178,25 @@ class CompactionBoundary:
                     "in the log: the log is incomplete or damaged"
                 )
             view.append(event)
-        view.extend(e for e in after if e.id not in summary_ids)
+        view.extend(e for e in after if e.id not in placed)
         return view
+
+
+def _replaced(value: Any, ids: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """The `replaced` map of a payload, checked: stand-in ids the view names, each standing in
+    for another event, no event replaced twice."""
+    if not isinstance(value, Mapping):
+        raise ValueError("replaced must map stand-in ids to original ids")
+    named = set(ids["pinned_event_ids"]) | set(ids["preserved_event_ids"])
+    out: dict[str, str] = {}
+    for stand_in, original in value.items():
+        check_id(stand_in, "a stand-in id")
+        check_id(original, "a replaced id")
+        if stand_in not in named:
+            raise ValueError(f"stand-in {stand_in!r} is not named by the view")
+        if original in named or original == stand_in:
+            raise ValueError(f"event {original!r} is both replaced and in the view")
+        out[stand_in] = original
+    if len(set(out.values())) != len(out):
+        raise ValueError("an event is replaced twice")
+    return out

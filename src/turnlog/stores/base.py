@@ -321,7 +321,9 @@ def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]],
         earlier = {e.id for e in batch[:at] if e.message is not None}
         later = {e.id for e in batch[at + 1 :] if e.message is not None}
         names = [i for i in boundary.view_event_ids if i not in earlier]
+        originals = [i for i in boundary.replaced.values() if i not in earlier]
         missing = set(names) - later - known(names)
+        missing |= set(originals) - known(originals)
         if missing:
             raise InvalidInput(
                 f"compaction event {event.id!r} names events that are not message events of "

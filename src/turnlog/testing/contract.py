@@ -28,6 +28,7 @@ from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 from turnlog.testing.contract_atomicity import AtomicityContract
 from turnlog.testing.contract_races import RaceContract
 from turnlog.testing.contract_regressions import RegressionContract
+from turnlog.testing.contract_stand_ins import StandInContract
 from turnlog.testing.contract_validation import ValidationContract
 from turnlog.testing.contract_view_rules import ViewRuleContract
 
@@ -40,6 +41,7 @@ class StoreContract(
     ValidationContract,
     ViewRuleContract,
     RegressionContract,
+    StandInContract,
     ContractBase,
 ):
     """The contract suite. Subclasses implement `make_store`."""

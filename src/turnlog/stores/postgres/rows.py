@@ -57,6 +57,7 @@ class Batch:
             boundary = CompactionBoundary.from_event(event)
             near = {e.id for e in self.events if e.message is not None}
             self.required += [i for i in boundary.view_event_ids if i not in near]
+            self.required += [i for i in boundary.replaced.values() if i not in near]
             self.boundary_at = at + 1
             self.boundary_ids = list(boundary.view_event_ids)
 

@@ -216,10 +216,12 @@ def batch_args(
         elif invalid is not None:
             args += (e.id, "C", record, 0)
         else:
-            named = CompactionBoundary.from_event(e).view_event_ids
+            boundary = CompactionBoundary.from_event(e)
+            named = boundary.view_event_ids
             if messages is None:
                 messages = {x.id for x in batch if x.message is not None}
             required.update((i, None) for i in named if i not in messages)
+            required.update((i, None) for i in boundary.replaced.values() if i not in messages)
             args += (e.id, "C", record, len(named), *named)
     return args, list(required), invalid
 
