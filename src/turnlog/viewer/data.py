@@ -134,8 +134,7 @@ def boundaries(svc: SessionService, session_id: str) -> list[Boundary]:
 
 def read_log(svc: SessionService, session_id: str, after: int, limit: int) -> list[SessionEvent]:
     """The events with seq in (`after`, `after + limit`], oldest first."""
-    # TODO(viewer): a range read on the store protocol; this loads the whole log.
-    return svc.events(session_id)[after : after + limit]
+    return svc.events_after(session_id, after, limit) if limit > 0 else []
 
 
 def _files(event: SessionEvent) -> dict[str, list[str]] | None:
