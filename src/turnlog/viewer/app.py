@@ -27,8 +27,7 @@ try:
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised by a base install only
     raise ImportError(
-        f"the turnlog viewer needs its extra ({exc.name} is missing): "
-        "pip install 'turnlog[viewer]'"
+        f"the turnlog viewer needs its extra ({exc.name} is missing): pip install 'turnlog[viewer]'"
     ) from exc
 
 from turnlog.errors import InvalidInput, SessionNotFound, TurnlogError
@@ -75,13 +74,12 @@ def _pretty(value: Any) -> str:
         try:
             value = json.loads(value)
         except ValueError:
-            return value
-    return json.dumps(value, indent=2, ensure_ascii=False)
+            return str(value)
+    text: str = json.dumps(value, indent=2, ensure_ascii=False)
+    return text
 
 
-def create_app(
-    service_or_store_url: SessionService | str, token: str | None = None
-) -> Starlette:
+def create_app(service_or_store_url: SessionService | str, token: str | None = None) -> Starlette:
     """The viewer as an ASGI app.
 
     Args:

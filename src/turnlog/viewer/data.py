@@ -127,8 +127,7 @@ def boundaries(svc: SessionService, session_id: str) -> list[Boundary]:
     """Every compaction of the session, oldest first (reads only the COMPACTION events)."""
     only = EventFilter(event_types=[EventType.COMPACTION])
     return [
-        Boundary(e.seq or 0, CompactionBoundary.from_event(e))
-        for e in svc.events(session_id, only)
+        Boundary(e.seq or 0, CompactionBoundary.from_event(e)) for e in svc.events(session_id, only)
     ]
 
 
@@ -171,7 +170,9 @@ def event_json(e: SessionEvent, status: str, tokens: int | None = None) -> dict[
     m = e.message
     out["role"] = m.role
     out["text"] = m.text
-    out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+    out["tool_calls"] = [
+        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+    ]
     out["tool_results"] = [
         {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
         for r in m.tool_results
@@ -214,7 +215,9 @@ def _statuses(
     return out
 
 
-def log_page(svc: SessionService, session_id: str, *, after: int = 0, limit: int = 100) -> dict:
+def log_page(
+    svc: SessionService, session_id: str, *, after: int = 0, limit: int = 100
+) -> dict[str, Any]:
     """One page of the log: the events after seq `after`, each with its status in the current
     view and its tokens; runs of covered events folded (`fold` holds the run lengths).
 
@@ -322,7 +325,9 @@ def diff(svc: SessionService, session_id: str, a: int, b: int) -> dict[str, Any]
         "tokens_b": view_tokens(second),
         "events_a": len(first),
         "events_b": len(second),
-        "left": [event_json(e, "left", n) for e, n in zip(left, event_tokens().counts(left), strict=True)],
+        "left": [
+            event_json(e, "left", n) for e, n in zip(left, event_tokens().counts(left), strict=True)
+        ],
         "entered": [
             event_json(e, "entered", n)
             for e, n in zip(entered, event_tokens().counts(entered), strict=True)
