@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a base install onl
 from turnlog.errors import InvalidInput, SessionNotFound, TurnlogError
 from turnlog.service import SessionService
 from turnlog.stores.opening import open_store
+from turnlog.tokens import default_counter
 from turnlog.viewer import data
 
 __all__ = ["CSP", "TOKEN_COOKIE", "create_app"]
@@ -172,19 +173,24 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
             raise InvalidInput("a diff needs two seqs: ?a=SEQ&b=SEQ")
         return data.diff(svc, request.path_params["session_id"], a, b)
 
+    # Ids may hold "/" (sent as %2F, decoded before routing): the routes with a suffix come
+    # first, and the id takes the rest of the path.
+    sid = "{session_id:path}"
     routes = [
         Route("/", endpoint("sessions.html", sessions)),
-        Route("/sessions/{session_id:str}", endpoint("session.html", log)),
-        Route("/sessions/{session_id:str}/view", endpoint("view.html", view)),
-        Route("/sessions/{session_id:str}/diff", endpoint("diff.html", diff)),
+        Route(f"/sessions/{sid}/view", endpoint("view.html", view)),
+        Route(f"/sessions/{sid}/diff", endpoint("diff.html", diff)),
+        Route(f"/sessions/{sid}", endpoint("session.html", log)),
         Route("/api/sessions", endpoint(None, sessions)),
-        Route("/api/sessions/{session_id:str}/log", endpoint(None, log)),
-        Route("/api/sessions/{session_id:str}/view", endpoint(None, view)),
-        Route("/api/sessions/{session_id:str}/diff", endpoint(None, diff)),
+        Route(f"/api/sessions/{sid}/log", endpoint(None, log)),
+        Route(f"/api/sessions/{sid}/view", endpoint(None, view)),
+        Route(f"/api/sessions/{sid}/diff", endpoint(None, diff)),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Load the tokenizer now (about a second), not on the first page someone opens.
+        await run_in_threadpool(default_counter().count, "warm up")
         yield
         if owned:
             await run_in_threadpool(svc.close)

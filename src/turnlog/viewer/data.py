@@ -25,6 +25,7 @@ __all__ = [
     "diff",
     "event_json",
     "folded",
+    "log_at",
     "log_page",
     "pair_tools",
     "read_log",
@@ -249,11 +250,31 @@ def log_page(
     }
 
 
-def _projected(svc: SessionService, session_id: str, at: int | None) -> list[SessionEvent]:
-    if at is None:
-        return svc.view(session_id)
+def log_at(svc: SessionService, session_id: str, at: int) -> tuple[list[SessionEvent], int]:
+    """The log as it was once the event at seq `at` was written: its first `at` events, or
+    more when `at` falls inside a compaction (a boundary and the summary and stand-in events
+    appended with it in one write: the log never ended between them).
+
+    Returns:
+        The events, and the seq they end at.
+    """
     log = read_log(svc, session_id, 0, at)
-    return CompactionBoundary.project(log)
+    for back, e in enumerate(reversed(log)):
+        if e.type == EventType.COMPACTION:
+            missing = len(CompactionBoundary.from_event(e).appended_event_ids) - back
+            if missing > 0:
+                log += read_log(svc, session_id, len(log), missing)
+            break
+    return log, len(log)
+
+
+def _projected(
+    svc: SessionService, session_id: str, at: int | None
+) -> tuple[list[SessionEvent], int | None]:
+    if at is None:
+        return svc.view(session_id), None
+    log, at = log_at(svc, session_id, at)
+    return CompactionBoundary.project(log), at
 
 
 def view_at(
@@ -276,7 +297,7 @@ def view_at(
     version = svc.version(session_id)
     if at is not None:
         at = max(0, min(at, version))
-    view = _projected(svc, session_id, at)
+    view, at = _projected(svc, session_id, at)
     bounds = [b for b in boundaries(svc, session_id) if at is None or b.seq <= at]
     newest = bounds[-1] if bounds else None
     replaced: dict[str, str] = {}
@@ -310,9 +331,10 @@ def diff(svc: SessionService, session_id: str, a: int, b: int) -> dict[str, Any]
     left it, the events that entered it, and the token totals at each end."""
     version = svc.version(session_id)
     a, b = (max(0, min(x, version)) for x in (a, b))
-    log = read_log(svc, session_id, 0, max(a, b))
-    first = CompactionBoundary.project([e for e in log if (e.seq or 0) <= a])
-    second = CompactionBoundary.project([e for e in log if (e.seq or 0) <= b])
+    log_a, a = log_at(svc, session_id, a)
+    log_b, b = log_at(svc, session_id, b)
+    first = CompactionBoundary.project(log_a)
+    second = CompactionBoundary.project(log_b)
     ids_first = {e.id for e in first}
     ids_second = {e.id for e in second}
     left = [e for e in first if e.id not in ids_second]
