@@ -154,6 +154,10 @@ def test_navigation_and_time_travel(server: tuple[str, int], page: Page) -> None
     page.click("#step-back")
     assert page.locator("h1").inner_text().startswith("The view after seq 6")
     assert current != early or current > 0
+    page.goto(base + "/sessions/demo-summary")
+    page.locator("a.diff-before").first.click()
+    assert page.locator("h1").inner_text().startswith("The view after seq")
+    assert page.locator("#left .ev").count() > 0
 
 
 def test_hostile_content_runs_no_script(server: tuple[str, int], page: Page) -> None:
