@@ -159,6 +159,9 @@ def test_diff_between_two_boundaries(client: TestClient, db: Path) -> None:
     assert set(ids(got["left"])) == first - second and got["left"]
     assert set(ids(got["entered"])) == second - first
     assert got["tokens_b"] < got["tokens_a"]
+    calls = [c for e in got["left"] for c in e.get("tool_calls", ())]
+    assert calls and all(c["result_seq"] is not None for c in calls)
+    assert "→ result #<" not in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
     assert "Left the view" in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
     assert client.get("/api/sessions/demo-summary/diff?a=1").status_code == 400
 

@@ -347,13 +347,18 @@ def diff(svc: SessionService, session_id: str, a: int, b: int) -> dict[str, Any]
         "tokens_b": view_tokens(second),
         "events_a": len(first),
         "events_b": len(second),
-        "left": [
-            event_json(e, "left", n) for e, n in zip(left, event_tokens().counts(left), strict=True)
-        ],
-        "entered": [
-            event_json(e, "entered", n)
-            for e, n in zip(entered, event_tokens().counts(entered), strict=True)
-        ],
+        "left": pair_tools(
+            [
+                event_json(e, "left", n)
+                for e, n in zip(left, event_tokens().counts(left), strict=True)
+            ]
+        ),
+        "entered": pair_tools(
+            [
+                event_json(e, "entered", n)
+                for e, n in zip(entered, event_tokens().counts(entered), strict=True)
+            ]
+        ),
     }
 
 
