@@ -285,3 +285,29 @@ def test_serve_help_and_refusals(capsys: pytest.CaptureFixture[str], db: Path) -
     assert main(["--db", str(db), "serve", "--port", "0"]) == 2
     assert main(["--db", str(db), "serve", "--token", " "]) == 2
     assert main(["--db", str(db.parent / "missing.db"), "serve"]) == 1
+
+
+def test_the_sessions_list_is_usable_with_100000_sessions() -> None:
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from turnlog import MemoryStore, Session
+
+    store = MemoryStore()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for n in range(100_000):
+        created = t0 + timedelta(seconds=n)
+        store.create_session(Session(f"s-{n:06d}", created, metadata={"user": f"u{n % 977}"}))
+    with TestClient(create_app(SessionService(store))) as c:
+        for params, first, count in (
+            ({}, "s-099999", 50),
+            ({"offset": 99_990}, "s-000009", 10),
+            ({"q": "U976", "limit": 500}, "s-099653", 102),
+            ({"q": "s-000123"}, "s-000123", 1),
+        ):
+            started = time.perf_counter()
+            page = c.get("/api/sessions", params=params).json()
+            assert time.perf_counter() - started < 3.0, params
+            assert page["sessions"][0]["id"] == first, params
+            assert len(page["sessions"]) == count, params
+        assert 'id="next"' in c.get("/", params={"offset": 50}).text
