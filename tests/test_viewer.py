@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 
 from turnlog import CompactionBoundary, Message, SessionEvent, SessionService, SqliteStore
 from turnlog.cli import main
+from turnlog.errors import InvalidInput
 from turnlog.events import ToolCall, ToolResult
 from turnlog.viewer import create_app
 from turnlog.viewer.app import CSP, TOKEN_COOKIE
@@ -18,6 +19,7 @@ from turnlog.viewer.app import CSP, TOKEN_COOKIE
 HOSTILE_ID = 'x"><script>window.pwned=1</script>'
 SCRIPT = "<script>window.pwned=1</script>"
 IMG = "<img src=x onerror=window.pwned=1>"
+LOCAL = "http://127.0.0.1:8765"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(db: Path):
-    with TestClient(create_app(f"sqlite:///{db}")) as c:
+    with TestClient(create_app(f"sqlite:///{db}"), base_url=LOCAL) as c:
         yield c
 
 
@@ -242,6 +244,25 @@ def test_token_is_required_when_set(db: Path) -> None:
         assert c.get("/sessions/demo-summary").status_code == 401
 
 
+def test_only_loopback_names_are_answered_without_a_token(db: Path) -> None:
+    svc = SessionService(SqliteStore(db))
+    app = create_app(svc)
+    for base in ("http://127.0.0.1:8765", "http://localhost", "http://[::1]:9000"):
+        with TestClient(app, base_url=base) as c:
+            assert c.get("/api/sessions").status_code == 200, base
+    for base in ("http://evil.example", "http://127.0.0.1.evil.example", "http://10.0.0.5:8765"):
+        with TestClient(app, base_url=base) as c:
+            refused = c.get("/api/sessions")
+            assert refused.status_code == 421, base
+            assert "--token" in refused.json()["error"]
+    with TestClient(create_app(f"sqlite:///{db}", token="t"), base_url="http://viewer.lan") as c:
+        assert c.get("/api/sessions", headers={"Authorization": "Bearer t"}).status_code == 200
+    for bad in ("", "a b", "x;y", "é"):
+        with pytest.raises(InvalidInput):
+            create_app(svc, token=bad)
+    svc.close()
+
+
 class _PagesOnly:
     """A real store that refuses whole-log reads, to prove a page reads only a page."""
 
@@ -266,7 +287,7 @@ def test_a_log_page_reads_only_that_page(tmp_path: Path) -> None:
             events.append(SessionEvent.for_message("long", Message.assistant(f"a{n}")))
         svc.append_events("long", events, 0)
         app = create_app(SessionService(_PagesOnly(store)))  # type: ignore[arg-type]
-        with TestClient(app) as c:
+        with TestClient(app, base_url=LOCAL) as c:
             page = c.get("/api/sessions/long/log", params={"after": 5000, "limit": 50}).json()
             assert [e["seq"] for e in page["events"]] == list(range(5001, 5051))
             assert page["next_after"] == 5050 and page["prev_after"] == 4950
@@ -298,7 +319,7 @@ def test_the_sessions_list_is_usable_with_100000_sessions() -> None:
     for n in range(100_000):
         created = t0 + timedelta(seconds=n)
         store.create_session(Session(f"s-{n:06d}", created, metadata={"user": f"u{n % 977}"}))
-    with TestClient(create_app(SessionService(store))) as c:
+    with TestClient(create_app(SessionService(store)), base_url=LOCAL) as c:
         for params, first, count in (
             ({}, "s-099999", 50),
             ({"offset": 99_990}, "s-000009", 10),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ TOKEN_COOKIE = "turnlog_viewer_token"
 """The cookie that remembers a `?token=` once it was accepted."""
 
 _TEMPLATES = Path(__file__).parent / "templates"
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,512}")
+_LOOPBACK_HOST = re.compile(r"(127(\.\d{1,3}){3}|localhost|\[::1\])(:\d+)?", re.IGNORECASE)
 
 
 def _int(request: Request, name: str, default: int | None, *, low: int = 0) -> int | None:
@@ -88,7 +91,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
             `postgresql://...`, `redis://...`, `memory://`) to open one; a service made here is
             closed when the app shuts down.
         token: when given, every request must carry it: `?token=T` (remembered in a cookie),
-            or `Authorization: Bearer T`.
+            or `Authorization: Bearer T`. Letters, digits and `-._~+/=` only.
 
     Returns:
         A Starlette app: HTML pages at `/`, `/sessions/{id}`, `/sessions/{id}/view`,
@@ -96,10 +99,17 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`.
 
     Raises:
-        InvalidInput: an empty token, or a bad store URL.
+        InvalidInput: an empty token or one with other characters, or a bad store URL.
+
+    Without a token, only requests whose Host is a loopback name (`127.0.0.1`, `localhost`,
+    `[::1]`, any port) are answered: a web page elsewhere cannot read the sessions by
+    pointing a name of its own at 127.0.0.1 (DNS rebinding).
     """
-    if token is not None and not token:
-        raise InvalidInput("the viewer's token must not be empty")
+    if token is not None and not _TOKEN.fullmatch(token):
+        raise InvalidInput(
+            "the viewer's token must be letters, digits and -._~+/= only (and not empty): "
+            "for example the output of `openssl rand -hex 16`"
+        )
     owned = not isinstance(service_or_store_url, SessionService)
     svc = (
         SessionService(open_store(service_or_store_url))
@@ -213,6 +223,15 @@ class _Guard:
             return
         request = Request(scope)
         remember = False
+        if self.token is None and not _LOOPBACK_HOST.fullmatch(request.headers.get("host", "")):
+            response = JSONResponse(
+                {"error": "this viewer answers only to 127.0.0.1, localhost or [::1] "
+                 "(start it with --token to serve other names)"},
+                status_code=421,
+            )  # fmt: skip
+            _secure(response)
+            await response(scope, receive, send)
+            return
         if self.token is not None:
             given = request.query_params.get("token")
             auth = request.headers.get("authorization", "")
@@ -223,7 +242,7 @@ class _Guard:
                 for value in (given, bearer, cookie)
             )
             if not ok:
-                response: Response = JSONResponse(
+                response = JSONResponse(
                     {"error": "this viewer needs its token: open it with ?token=... "
                      "or send Authorization: Bearer ..."},
                     status_code=401,

@@ -37,7 +37,7 @@ __all__ = [
 MAX_PAGE = 500
 """The most events or sessions one page holds."""
 
-TOKENS_IN_LIST_UP_TO = 5_000
+TOKENS_IN_LIST_UP_TO = 2_000
 """The sessions list counts a session's view tokens only when its log holds at most this many
 events (counting reads the whole view); open a longer session to see its count."""
 
