@@ -224,6 +224,10 @@ def test_log_pages_chain_and_are_capped(client: TestClient) -> None:
         seen += [e["seq"] for e in body["events"]]
         after = body["next_after"]
     assert seen == list(range(1, body["version"] + 1))
+    jumped = client.get("/api/sessions/demo-summary/log", params={"seq": 17, "limit": 5}).json()
+    assert [e["seq"] for e in jumped["events"]] == [17, 18, 19, 20, 21]
+    assert 'id="seq-17"' in client.get("/sessions/demo-summary", params={"seq": 17}).text
+    assert client.get("/api/sessions/demo-summary/log", params={"seq": 0}).status_code == 400
     capped = client.get("/api/sessions/bulk-000/log", params={"limit": 10_000}).json()
     assert capped["limit"] == 500
 

@@ -161,10 +161,11 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         )
 
     def log(request: Request) -> dict[str, Any]:
+        seq = _int(request, "seq", None, low=1)  # the page that starts at this event
         return data.log_page(
             svc,
             request.path_params["session_id"],
-            after=_int(request, "after", 0) or 0,
+            after=seq - 1 if seq is not None else _int(request, "after", 0) or 0,
             limit=_limit(request, 100),
         )
 
