@@ -43,6 +43,13 @@ from turnlog.cli_render import (
     visible,
     when,
 )
+from turnlog.cli_serve import (
+    SERVE_DETAILS,
+    SERVE_EXAMPLE,
+    SERVE_SUMMARY,
+    add_serve_arguments,
+    cmd_serve,
+)
 from turnlog.compaction import (
     CompactionBoundary,
     CompactionRequest,
@@ -351,6 +358,7 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
     ("compact", _cmd_compact, "compact a session with a window, optionally only if a trigger fires",
      "turnlog compact support-42 --last-turns 10 --if-tokens 8000"),
     ("chat", cmd_chat, CHAT_SUMMARY, CHAT_EXAMPLE),
+    ("serve", cmd_serve, SERVE_SUMMARY, SERVE_EXAMPLE),
     ("delete", _cmd_delete, "delete a session and its whole log",
      "turnlog delete support-42"),
     ("expire", _cmd_expire, "delete every session whose expiry has passed",
@@ -376,6 +384,7 @@ _DETAILS = {
     "covered ones left the view but stay in the log; BOUNDARY lines are compactions. --tokens "
     "adds the view's token count.",
     "chat": CHAT_DETAILS,
+    "serve": SERVE_DETAILS,
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
     "both it runs when either fires. Nothing is written when the view already fits.",
 }
@@ -441,6 +450,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--view", action="store_true", help="what the model is sent (default)")
     show.add_argument("--log", action="store_true", help="every event, covered ones marked")
     add_chat_arguments(commands["chat"])
+    add_serve_arguments(commands["serve"])
     compact = commands["compact"]
     window = compact.add_mutually_exclusive_group(required=True)
     window.add_argument("--last-events", type=int, metavar="N", help="keep the last N events")

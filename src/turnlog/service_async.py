@@ -235,6 +235,18 @@ class AsyncSessionService:
         """The session's events: the whole log by default, oldest first."""
         return await self.store.events(session_id, filter)
 
+    async def events_after(
+        self, session_id: str, after: int = 0, limit: int = 100
+    ) -> list[SessionEvent]:
+        """One page of the log: the events whose seq is above `after`, oldest first, at most
+        `limit` of them. Reads only that page, however long the log.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: `after` is not an integer >= 0 or `limit` not an integer >= 1.
+        """
+        return await self.store.events_after(session_id, after, limit)
+
     async def view(self, session_id: str) -> list[SessionEvent]:
         """The active view: what the model sees, in order."""
         return await self.store.view(session_id)

@@ -25,6 +25,7 @@ __all__ = [
     "check_event",
     "check_limit",
     "check_metadata_query",
+    "check_range",
     "check_retry",
     "check_rules_at",
     "check_session",
@@ -224,6 +225,20 @@ def check_limit(limit: object) -> int | None:
             f"limit must be an integer >= 0, or None for every session, got {limit!r}"
         )
     return limit
+
+
+def check_range(after: object, limit: object) -> tuple[int, int]:
+    """Raise `InvalidInput` unless `after` (an integer >= 0) and `limit` (an integer >= 1) pick
+    a range of a log for `events_after`.
+
+    Returns:
+        (`after`, `limit`).
+    """
+    for name, value, low in (("after", after, 0), ("limit", limit, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:
+            raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
+    assert isinstance(after, int) and isinstance(limit, int)
+    return after, limit
 
 
 def check_cutoff(before: object) -> datetime:

@@ -22,6 +22,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_range,
     check_session,
     stamped,
     utc_now,
@@ -192,6 +193,11 @@ class MemoryStore:
         with self._lock:
             log = list(self._log(session_id).events)
         return apply_filter(log, flt)
+
+    def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        after, limit = check_range(after, limit)
+        with self._lock:
+            return self._log(session_id).events[after : after + limit]
 
     def version(self, session_id: str) -> int:
         with self._lock:

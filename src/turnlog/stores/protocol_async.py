@@ -85,6 +85,16 @@ class AsyncSessionStore(Protocol):
         """The session's events (the whole log by default), oldest first."""
         ...
 
+    async def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        """One page of the log: the events whose seq is above `after`, oldest first, at most
+        `limit` of them; reads only those (a log's seqs are 1, 2, 3, ...).
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: `after` is not an integer >= 0 or `limit` not an integer >= 1.
+        """
+        ...
+
     async def version(self, session_id: str) -> int:
         """The number of events in the session's log."""
         ...

@@ -58,6 +58,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_range,
     check_session,
     metadata_matches,
     stamped,
@@ -648,6 +649,18 @@ class SqliteStore:
                     (session_id,),
                 ).fetchall()
         return apply_filter(_events(rows), flt)
+
+    def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        check_id(session_id, "session id")
+        after, limit = check_range(after, limit)
+        with self._read() as conn:
+            self._check_session(conn, session_id)
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (session_id, after, limit),
+            ).fetchall()
+        return _events(rows)
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")

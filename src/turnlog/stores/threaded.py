@@ -130,6 +130,9 @@ class ThreadedAsyncStore:
     async def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         return await self._run((await self._sync()).events, session_id, flt)
 
+    async def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        return await self._run((await self._sync()).events_after, session_id, after, limit)
+
     async def version(self, session_id: str) -> int:
         return await self._run((await self._sync()).version, session_id)
 

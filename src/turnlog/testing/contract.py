@@ -131,6 +131,21 @@ class StoreContract(
         assert store.events(sid) == []
         assert store.view(sid) == []
 
+    def test_events_after_reads_one_page_of_the_log(self, store: SessionStore, sid: str) -> None:
+        for n in range(1, 6):
+            store.append_events(sid, turn(sid, n), 2 * (n - 1))
+        log = store.events(sid)
+        assert store.events_after(sid, 0, 3) == log[:3]
+        assert store.events_after(sid, 3, 4) == log[3:7]
+        assert store.events_after(sid, 8, 100) == log[8:]
+        assert store.events_after(sid, 10, 5) == []
+        assert store.events_after(sid, 99, 5) == []
+        for after, limit in ((-1, 5), (0, 0), (True, 5), (0, "5")):
+            with pytest.raises(InvalidInput):
+                store.events_after(sid, after, limit)  # type: ignore[arg-type]
+        with pytest.raises(SessionNotFound):
+            store.events_after("nope", 0, 5)
+
     def test_append_returns_the_new_version_and_assigns_seqs(
         self, store: SessionStore, sid: str
     ) -> None:

@@ -109,6 +109,9 @@ class _Blocking:
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         return self._loop.run(self.async_store.events(session_id, flt))
 
+    def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        return self._loop.run(self.async_store.events_after(session_id, after, limit))
+
     def version(self, session_id: str) -> int:
         return self._loop.run(self.async_store.version(session_id))
 

@@ -72,6 +72,7 @@ class Queries:
     version: str
     events: str
     events_of_types: str
+    events_after: str
     event_by_id: str
     view: str
     tail: str
@@ -154,6 +155,11 @@ class Queries:
             events=q(f"{session_events} WHERE s.id = %(sid)s ORDER BY e.seq"),
             events_of_types=q(
                 f"{session_events} AND e.type = ANY(%(types)s::text[]) "
+                "WHERE s.id = %(sid)s ORDER BY e.seq"
+            ),
+            # A page of the log: a range of the primary key (seqs are dense from 1).
+            events_after=q(
+                f"{session_events} AND e.seq > %(after)s AND e.seq <= %(last)s "
                 "WHERE s.id = %(sid)s ORDER BY e.seq"
             ),
             event_by_id=q(

@@ -48,6 +48,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_range,
     check_rules_at,
     check_session,
     utc_now,
@@ -496,6 +497,19 @@ class PostgresStore:
         if flt.roles is None and not flt.exclude_synthetic and flt.last_n is None:
             return events  # the types, if any, were filtered by the query
         return apply_filter(events, flt)
+
+    def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        check_id(session_id, "session id")
+        after, limit = check_range(after, limit)
+        params = {"sid": session_id, "after": after, "last": min(after + limit, 2**63 - 1)}
+        with self._conn("reading session", session_id) as conn:
+            query = self._q.events_after
+            rows = conn.execute(query, params, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFound(session_id)
+        if rows[0][0] is None:
+            return []
+        return events_of(session_id, rows)
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")

@@ -47,6 +47,7 @@ from turnlog.stores.base import (
     check_event,
     check_limit,
     check_metadata_query,
+    check_range,
     check_retry,
     check_session,
     metadata_matches,
@@ -544,6 +545,17 @@ class AsyncRedisStore(AsyncRedisCore):
             if names is None or head[1] in names:
                 out.append(event_of(session_id, seq, head, body))
         return apply_filter(out, flt)
+
+    @guarded
+    async def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+        check_id(session_id, "session id")
+        after, limit = check_range(after, limit)
+        out = []
+        records = await self._log(session_id, after + 1, min(after + limit, 2**62))
+        for seq, record in enumerate(records, start=after + 1):
+            head, body = split_record(session_id, seq, record)
+            out.append(event_of(session_id, seq, head, body))
+        return out
 
     async def _log(
         self, session_id: str, first: int, last: int | None = None

@@ -1,0 +1,283 @@
+"""The viewer's ASGI app: read-only pages and JSON endpoints over a `SessionService`.
+
+    from turnlog.viewer import create_app
+    app = create_app("sqlite:///turnlog.db")          # or create_app(SessionService(store))
+    # uvicorn.run(app, host="127.0.0.1", port=8765)   # `turnlog serve` does this
+
+Every page is rendered by Jinja2 with autoescaping, and served with a Content-Security-Policy
+that allows no script at all, so stored text (messages, tool arguments, metadata, ids) can only
+ever show up as text. Only GET and HEAD are routed: the viewer never writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.routing import Route
+except ImportError as exc:  # pragma: no cover - exercised by a base install only
+    raise ImportError(
+        f"the turnlog viewer needs its extra ({exc.name} is missing): pip install 'turnlog[viewer]'"
+    ) from exc
+
+from turnlog.errors import InvalidInput, SessionNotFound, TurnlogError
+from turnlog.service import SessionService
+from turnlog.stores.opening import open_store
+from turnlog.tokens import default_counter
+from turnlog.viewer import data
+
+__all__ = ["CSP", "TOKEN_COOKIE", "create_app"]
+
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""The Content-Security-Policy of every response: no script, no outside asset."""
+
+TOKEN_COOKIE = "turnlog_viewer_token"
+"""The cookie that remembers a `?token=` once it was accepted."""
+
+_TEMPLATES = Path(__file__).parent / "templates"
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,512}")
+_LOOPBACK_HOST = re.compile(r"(127(\.\d{1,3}){3}|localhost|\[::1\])(:\d+)?", re.IGNORECASE)
+
+
+def _int(request: Request, name: str, default: int | None, *, low: int = 0) -> int | None:
+    raw = request.query_params.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, got {raw!r}") from None
+    if value < low:
+        raise InvalidInput(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def _limit(request: Request, default: int) -> int:
+    value = _int(request, "limit", default, low=1)
+    assert value is not None
+    return min(value, data.MAX_PAGE)
+
+
+def _pretty(value: Any) -> str:
+    """JSON text of `value`, indented, or a JSON string's text as it is when it parses."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return str(value)
+    text: str = json.dumps(value, indent=2, ensure_ascii=False)
+    return text
+
+
+def create_app(service_or_store_url: SessionService | str, token: str | None = None) -> Starlette:
+    """The viewer as an ASGI app.
+
+    Args:
+        service_or_store_url: the service to read, or a store URL (`sqlite:///path`,
+            `postgresql://...`, `redis://...`, `memory://`) to open one; a service made here is
+            closed when the app shuts down.
+        token: when given, every request must carry it: `?token=T` (remembered in a cookie),
+            or `Authorization: Bearer T`. Letters, digits and `-._~+/=` only.
+
+    Returns:
+        A Starlette app: HTML pages at `/`, `/sessions/{id}`, `/sessions/{id}/view`,
+        `/sessions/{id}/diff`; JSON at `/api/sessions`, `/api/sessions/{id}/log`,
+        `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`.
+
+    Raises:
+        InvalidInput: an empty token or one with other characters, or a bad store URL.
+
+    Without a token, only requests whose Host is a loopback name (`127.0.0.1`, `localhost`,
+    `[::1]`, any port) are answered: a web page elsewhere cannot read the sessions by
+    pointing a name of its own at 127.0.0.1 (DNS rebinding).
+    """
+    if token is not None and not _TOKEN.fullmatch(token):
+        raise InvalidInput(
+            "the viewer's token must be letters, digits and -._~+/= only (and not empty): "
+            "for example the output of `openssl rand -hex 16`"
+        )
+    owned = not isinstance(service_or_store_url, SessionService)
+    svc = (
+        SessionService(open_store(service_or_store_url))
+        if isinstance(service_or_store_url, str)
+        else service_or_store_url
+    )
+    env = Environment(
+        loader=FileSystemLoader(_TEMPLATES),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pretty"] = _pretty
+    env.filters["folded"] = data.folded
+
+    def page(name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(**context)
+        return HTMLResponse(html, status_code=code)
+
+    def endpoint(
+        html: str | None, read: Callable[[Request], dict[str, Any]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            try:
+                result = await run_in_threadpool(read, request)
+            except SessionNotFound as exc:
+                return _error(html, 404, f"no session {exc.session_id!r} in this store")
+            except InvalidInput as exc:
+                return _error(html, 400, str(exc))
+            except TurnlogError as exc:
+                return _error(html, 500, f"{type(exc).__name__}: {exc}")
+            if html is None:
+                return JSONResponse(result)
+            return page(html, **result)
+
+        return handle
+
+    def _error(html: str | None, status: int, message: str) -> Response:
+        if html is None:
+            return JSONResponse({"error": message}, status_code=status)
+        return page("error.html", status, status=status, message=message)
+
+    def sessions(request: Request) -> dict[str, Any]:
+        return data.sessions_page(
+            svc,
+            query=request.query_params.get("q", ""),
+            offset=_int(request, "offset", 0) or 0,
+            limit=_limit(request, 50),
+        )
+
+    def log(request: Request) -> dict[str, Any]:
+        seq = _int(request, "seq", None, low=1)  # the page that starts at this event
+        return data.log_page(
+            svc,
+            request.path_params["session_id"],
+            after=seq - 1 if seq is not None else _int(request, "after", 0) or 0,
+            limit=_limit(request, 100),
+        )
+
+    def view(request: Request) -> dict[str, Any]:
+        return data.view_at(
+            svc,
+            request.path_params["session_id"],
+            at=_int(request, "at", None),
+            offset=_int(request, "offset", 0) or 0,
+            limit=_limit(request, 100),
+        )
+
+    def diff(request: Request) -> dict[str, Any]:
+        a, b = _int(request, "a", None), _int(request, "b", None)
+        if a is None or b is None:
+            raise InvalidInput("a diff needs two seqs: ?a=SEQ&b=SEQ")
+        return data.diff(svc, request.path_params["session_id"], a, b)
+
+    # Ids may hold "/" (sent as %2F, decoded before routing): the routes with a suffix come
+    # first, and the id takes the rest of the path.
+    sid = "{session_id:path}"
+    routes = [
+        Route("/", endpoint("sessions.html", sessions)),
+        Route(f"/sessions/{sid}/view", endpoint("view.html", view)),
+        Route(f"/sessions/{sid}/diff", endpoint("diff.html", diff)),
+        Route(f"/sessions/{sid}", endpoint("session.html", log)),
+        Route("/api/sessions", endpoint(None, sessions)),
+        Route(f"/api/sessions/{sid}/log", endpoint(None, log)),
+        Route(f"/api/sessions/{sid}/view", endpoint(None, view)),
+        Route(f"/api/sessions/{sid}/diff", endpoint(None, diff)),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Load the tokenizer now (about a second), not on the first page someone opens.
+        await run_in_threadpool(default_counter().count, "warm up")
+        yield
+        if owned:
+            await run_in_threadpool(svc.close)
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(_Guard, token=token)
+    return app
+
+
+class _Guard:
+    """Checks the token (when there is one) and adds the security headers to every response."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        remember = False
+        if self.token is None and not _LOOPBACK_HOST.fullmatch(request.headers.get("host", "")):
+            response = JSONResponse(
+                {"error": "this viewer answers only to 127.0.0.1, localhost or [::1] "
+                 "(start it with --token to serve other names)"},
+                status_code=421,
+            )  # fmt: skip
+            _secure(response)
+            await response(scope, receive, send)
+            return
+        if self.token is not None:
+            given = request.query_params.get("token")
+            auth = request.headers.get("authorization", "")
+            bearer = auth[7:] if auth.lower().startswith("bearer ") else None
+            cookie = request.cookies.get(TOKEN_COOKIE)
+            ok = any(
+                value is not None and hmac.compare_digest(value.encode(), self.token.encode())
+                for value in (given, bearer, cookie)
+            )
+            if not ok:
+                response = JSONResponse(
+                    {"error": "this viewer needs its token: open it with ?token=... "
+                     "or send Authorization: Bearer ..."},
+                    status_code=401,
+                )  # fmt: skip
+                _secure(response)
+                await response(scope, receive, send)
+                return
+            remember = given is not None and cookie != given
+
+        async def send_secured(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [
+                    (b"content-security-policy", CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"cache-control", b"no-store"),
+                ]
+                if remember and self.token is not None:
+                    headers.append(
+                        (
+                            b"set-cookie",
+                            f"{TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; "
+                            "SameSite=Strict".encode(),
+                        )
+                    )
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_secured)
+
+
+def _secure(response: Response) -> None:
+    response.headers["content-security-policy"] = CSP
+    response.headers["x-content-type-options"] = "nosniff"
+    response.headers["cache-control"] = "no-store"

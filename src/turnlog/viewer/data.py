@@ -1,0 +1,408 @@
+"""What the viewer's pages show, read from a `SessionService` one page at a time.
+
+Nothing here renders HTML: each function returns plain JSON-ready values that the JSON
+endpoints return as they are and the templates lay out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnlog.compaction import CompactionBoundary, sent_events
+from turnlog.compaction.files import FILES_METADATA_KEY
+from turnlog.events import EventType, Session, SessionEvent
+from turnlog.service import SessionService
+from turnlog.stores.base import EventFilter
+from turnlog.text import event_text
+from turnlog.tokens import event_tokens
+
+__all__ = [
+    "MAX_PAGE",
+    "TOKENS_IN_LIST_UP_TO",
+    "boundaries",
+    "diff",
+    "event_json",
+    "folded",
+    "log_at",
+    "log_page",
+    "pair_tools",
+    "read_log",
+    "session_json",
+    "sessions_page",
+    "view_at",
+]
+
+MAX_PAGE = 500
+"""The most events or sessions one page holds."""
+
+TOKENS_IN_LIST_UP_TO = 2_000
+"""The sessions list counts a session's view tokens only when its log holds at most this many
+events (counting reads the whole view); open a longer session to see its count."""
+
+
+def session_json(session: Session, version: int, tokens: int | None) -> dict[str, Any]:
+    """A session's row: id, created, expires, metadata, version, view tokens (or None)."""
+    return {
+        "id": session.id,
+        "created_at": session.created_at.isoformat(),
+        "expires_at": None if session.expires_at is None else session.expires_at.isoformat(),
+        "metadata": dict(session.metadata),
+        "version": version,
+        "view_tokens": tokens,
+    }
+
+
+def view_tokens(view: Sequence[SessionEvent]) -> int:
+    """The tokens of what `view` sends to the model."""
+    return event_tokens().total(sent_events(view))
+
+
+def _matches(session: Session, query: str) -> bool:
+    if query in session.id.lower():
+        return True
+    return any(
+        query in str(key).lower() or query in str(value).lower()
+        for key, value in session.metadata.items()
+    )
+
+
+def sessions_page(
+    svc: SessionService, *, query: str = "", offset: int = 0, limit: int = 50
+) -> dict[str, Any]:
+    """One page of the sessions, newest first, optionally only those whose id or metadata
+    holds `query` (case-insensitive).
+
+    Returns:
+        {"sessions": [...], "offset", "limit", "next_offset" (None on the last page),
+        "query"}.
+    """
+    query = query.strip().lower()
+    if query:
+        found = [s for s in svc.sessions() if _matches(s, query)]
+        chosen = found[offset : offset + limit + 1]
+    else:
+        chosen = svc.sessions(limit=offset + limit + 1)[offset:]
+    more = len(chosen) > limit
+    rows = []
+    for session in chosen[:limit]:
+        version = svc.version(session.id)
+        tokens = None
+        if version <= TOKENS_IN_LIST_UP_TO:
+            tokens = view_tokens(svc.view(session.id))
+        rows.append(session_json(session, version, tokens))
+    return {
+        "sessions": rows,
+        "query": query,
+        "offset": offset,
+        "limit": limit,
+        "next_offset": offset + limit if more else None,
+    }
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A boundary of the log, where it sits, and what it says."""
+
+    seq: int
+    boundary: CompactionBoundary
+
+    def json(self) -> dict[str, Any]:
+        """The boundary as plain values."""
+        b = self.boundary
+        return {
+            "seq": self.seq,
+            "id": b.id,
+            "strategy": b.strategy,
+            "pinned": len(b.pinned_event_ids),
+            "summary": len(b.summary_event_ids),
+            "preserved": len(b.preserved_event_ids),
+            "covered": b.covered_event_count,
+            "replaced": len(b.replaced),
+            "tokens_saved": b.tokens_estimated_saved,
+        }
+
+
+def boundaries(svc: SessionService, session_id: str) -> list[Boundary]:
+    """Every compaction of the session, oldest first (reads only the COMPACTION events)."""
+    only = EventFilter(event_types=[EventType.COMPACTION])
+    return [
+        Boundary(e.seq or 0, CompactionBoundary.from_event(e)) for e in svc.events(session_id, only)
+    ]
+
+
+def read_log(svc: SessionService, session_id: str, after: int, limit: int) -> list[SessionEvent]:
+    """The events with seq in (`after`, `after + limit`], oldest first."""
+    return svc.events_after(session_id, after, limit) if limit > 0 else []
+
+
+def _files(event: SessionEvent) -> dict[str, list[str]] | None:
+    if event.message is None:
+        return None
+    files = event.message.metadata.get(FILES_METADATA_KEY)
+    if not isinstance(files, Mapping):
+        return None
+    return {
+        kind: [str(p) for p in paths]
+        for kind in ("read", "modified")
+        if isinstance(paths := files.get(kind), list)
+    }
+
+
+def event_json(e: SessionEvent, status: str, tokens: int | None = None) -> dict[str, Any]:
+    """An event as plain values: seq, id, type, status, role, text, tool calls and results,
+    tokens; a boundary's counts; a summary's files."""
+    out: dict[str, Any] = {
+        "seq": e.seq,
+        "id": e.id,
+        "type": e.type.name,
+        "status": status,
+        "timestamp": None if e.timestamp is None else e.timestamp.isoformat(),
+        "synthetic": e.synthetic,
+        "tokens": tokens,
+    }
+    if e.type == EventType.COMPACTION:
+        out["boundary"] = Boundary(e.seq or 0, CompactionBoundary.from_event(e)).json()
+        return out
+    if e.message is None:
+        out["payload"] = e.payload
+        return out
+    m = e.message
+    out["role"] = m.role
+    out["text"] = m.text
+    out["tool_calls"] = [
+        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+    ]
+    out["tool_results"] = [
+        {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
+        for r in m.tool_results
+    ]
+    out["metadata"] = dict(m.metadata)
+    out["files"] = _files(e)
+    out["summary"] = e.synthetic
+    return out
+
+
+def _statuses(
+    page: Sequence[SessionEvent], newest: Boundary | None, replaced: Mapping[str, str]
+) -> dict[str, str]:
+    """Each event's place in the current view, computed from the newest boundary alone."""
+    out: dict[str, str] = {}
+    view_ids = set(newest.boundary.view_event_ids) if newest else set()
+    cleared = set(newest.boundary.replaced.values()) if newest else set()
+    parts: dict[str, str] = {}
+    if newest is not None:
+        b = newest.boundary
+        for name, ids in (
+            ("pinned", b.pinned_event_ids),
+            ("summary", b.summary_event_ids),
+            ("preserved", b.preserved_event_ids),
+        ):
+            parts.update((i, name) for i in ids)
+    for e in page:
+        if e.type == EventType.COMPACTION:
+            out[e.id] = "boundary"
+        elif e.message is None:
+            out[e.id] = "event"
+        elif newest is None:
+            out[e.id] = "view"
+        elif e.id in view_ids:
+            out[e.id] = "stand-in" if e.id in replaced else parts[e.id]
+        elif (e.seq or 0) > newest.seq:
+            out[e.id] = "new"
+        else:
+            out[e.id] = "cleared" if e.id in cleared else "covered"
+    return out
+
+
+def log_page(
+    svc: SessionService, session_id: str, *, after: int = 0, limit: int = 100
+) -> dict[str, Any]:
+    """One page of the log: the events after seq `after`, each with its status in the current
+    view and its tokens; runs of covered events folded (`fold` holds the run lengths).
+
+    Returns:
+        {"session", "version", "after", "limit", "next_after", "prev_after", "events",
+        "boundaries"}.
+    """
+    session = svc.get(session_id)
+    version = svc.version(session_id)
+    bounds = boundaries(svc, session_id)
+    newest = bounds[-1] if bounds else None
+    replaced: dict[str, str] = {}
+    for b in bounds:
+        replaced.update(b.boundary.replaced)
+    page = read_log(svc, session_id, after, limit)
+    status = _statuses(page, newest, replaced)
+    counts = event_tokens().counts(page)
+    events = pair_tools([event_json(e, status[e.id], n) for e, n in zip(page, counts, strict=True)])
+    last = after + len(page)
+    return {
+        "session": session_json(session, version, None),
+        "version": version,
+        "after": after,
+        "limit": limit,
+        "next_after": last if last < version else None,
+        "prev_after": max(0, after - limit) if after > 0 else None,
+        "events": events,
+        "boundaries": [b.json() for b in bounds],
+    }
+
+
+def log_at(svc: SessionService, session_id: str, at: int) -> tuple[list[SessionEvent], int]:
+    """The log as it was once the event at seq `at` was written: its first `at` events, or
+    more when `at` falls inside a compaction (a boundary and the summary and stand-in events
+    appended with it in one write: the log never ended between them).
+
+    Returns:
+        The events, and the seq they end at.
+    """
+    log = read_log(svc, session_id, 0, at)
+    for back, e in enumerate(reversed(log)):
+        if e.type == EventType.COMPACTION:
+            missing = len(CompactionBoundary.from_event(e).appended_event_ids) - back
+            if missing > 0:
+                log += read_log(svc, session_id, len(log), missing)
+            break
+    return log, len(log)
+
+
+def _projected(
+    svc: SessionService, session_id: str, at: int | None
+) -> tuple[list[SessionEvent], int | None]:
+    if at is None:
+        return svc.view(session_id), None
+    log, at = log_at(svc, session_id, at)
+    return CompactionBoundary.project(log), at
+
+
+def view_at(
+    svc: SessionService,
+    session_id: str,
+    *,
+    at: int | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """The view the model saw: the current one, or the one projected from the log as it was
+    at seq `at` (every event up to and including `at`). Paged by `offset` and `limit`; the
+    token total covers the whole view.
+
+    Returns:
+        {"session", "version", "at", "events", "total_events", "view_tokens", "offset",
+        "limit", "next_offset", "boundary" (the boundary in force, or None)}.
+    """
+    session = svc.get(session_id)
+    version = svc.version(session_id)
+    if at is not None:
+        at = max(0, min(at, version))
+    view, at = _projected(svc, session_id, at)
+    bounds = [b for b in boundaries(svc, session_id) if at is None or b.seq <= at]
+    newest = bounds[-1] if bounds else None
+    replaced: dict[str, str] = {}
+    for b in bounds:
+        replaced.update(b.boundary.replaced)
+    sent = {e.id for e in sent_events(view)}
+    page = view[offset : offset + limit]
+    status = _statuses(page, newest, replaced)
+    for e in page:
+        if e.id not in sent:
+            status[e.id] = "superseded"
+    counts = event_tokens().counts(page)
+    return {
+        "session": session_json(session, version, None),
+        "version": version,
+        "at": at,
+        "events": pair_tools(
+            [event_json(e, status[e.id], n) for e, n in zip(page, counts, strict=True)]
+        ),
+        "total_events": len(view),
+        "view_tokens": view_tokens(view),
+        "offset": offset,
+        "limit": limit,
+        "next_offset": offset + limit if offset + limit < len(view) else None,
+        "boundary": None if newest is None else newest.json(),
+    }
+
+
+def diff(svc: SessionService, session_id: str, a: int, b: int) -> dict[str, Any]:
+    """What changed in the view between the log at seq `a` and at seq `b`: the events that
+    left it, the events that entered it, and the token totals at each end."""
+    version = svc.version(session_id)
+    a, b = (max(0, min(x, version)) for x in (a, b))
+    log_a, a = log_at(svc, session_id, a)
+    log_b, b = log_at(svc, session_id, b)
+    first = CompactionBoundary.project(log_a)
+    second = CompactionBoundary.project(log_b)
+    ids_first = {e.id for e in first}
+    ids_second = {e.id for e in second}
+    left = [e for e in first if e.id not in ids_second]
+    entered = [e for e in second if e.id not in ids_first]
+    return {
+        "session": session_json(svc.get(session_id), version, None),
+        "a": a,
+        "b": b,
+        "tokens_a": view_tokens(first),
+        "tokens_b": view_tokens(second),
+        "events_a": len(first),
+        "events_b": len(second),
+        "left": pair_tools(
+            [
+                event_json(e, "left", n)
+                for e, n in zip(left, event_tokens().counts(left), strict=True)
+            ]
+        ),
+        "entered": pair_tools(
+            [
+                event_json(e, "entered", n)
+                for e, n in zip(entered, event_tokens().counts(entered), strict=True)
+            ]
+        ),
+    }
+
+
+def pair_tools(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Link each tool call to the seq of the event holding its result (`result_seq`) and each
+    result to its call's seq (`call_seq`), among `events`; None where the other half is not
+    among them."""
+    calls: dict[str, dict[str, Any]] = {}
+    for e in events:
+        for call in e.get("tool_calls", ()):
+            call["result_seq"] = None
+            calls[call["id"]] = {"call": call, "seq": e["seq"]}
+    for e in events:
+        for result in e.get("tool_results", ()):
+            found = calls.get(result["call_id"])
+            result["call_seq"] = None if found is None else found["seq"]
+            if found is not None:
+                found["call"]["result_seq"] = e["seq"]
+    return events
+
+
+def folded(events: list[dict[str, Any]], least: int = 3) -> list[dict[str, Any]]:
+    """`events` with each run of at least `least` covered events put in one
+    {"fold": [...]} item (the timeline shows it closed)."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if len(run) >= least:
+            out.append({"fold": list(run)})
+        else:
+            out.extend(run)
+        run.clear()
+
+    for e in events:
+        if e["status"] in ("covered", "cleared"):
+            run.append(e)
+            continue
+        flush()
+        out.append(e)
+    flush()
+    return out
+
+
+def text_of(e: SessionEvent) -> str:
+    """The event as the model reads it (for events without a message: its payload's text)."""
+    return event_text(e)

@@ -1,0 +1,338 @@
+"""The web viewer over a real SQLite store, through httpx against the ASGI app: pages, JSON
+endpoints, time travel, hostile content, the token, paging."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from turnlog import CompactionBoundary, Message, SessionEvent, SessionService, SqliteStore
+from turnlog.cli import main
+from turnlog.errors import InvalidInput
+from turnlog.events import ToolCall, ToolResult
+from turnlog.viewer import create_app
+from turnlog.viewer.app import CSP, TOKEN_COOKIE
+
+HOSTILE_ID = 'x"><script>window.pwned=1</script>'
+SCRIPT = "<script>window.pwned=1</script>"
+IMG = "<img src=x onerror=window.pwned=1>"
+LOCAL = "http://127.0.0.1:8765"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("viewer") / "viewer.db"
+    assert main(["--db", str(path), "demo"]) == 0
+    with SessionService(SqliteStore(path)) as svc:
+        svc.create(HOSTILE_ID, metadata={SCRIPT: IMG, "owner": "</td><b>bold</b>"})
+        svc.append_message(HOSTILE_ID, Message.system(f"system {IMG}"))
+        svc.append_message(HOSTILE_ID, Message.user(f"hello {SCRIPT} and {IMG}"))
+        call = ToolCall(id=f"call-{IMG}", name=f"tool{SCRIPT}", arguments='{"q": "' + IMG + '"}')
+        svc.append_message(HOSTILE_ID, Message.assistant(tool_calls=[call]))
+        result = ToolResult(call_id=call.id, name=call.name, content=f"{SCRIPT}{IMG}")
+        svc.append_message(HOSTILE_ID, Message.tool(result))
+        svc.append_message(HOSTILE_ID, Message.assistant(f"done {SCRIPT}"))
+        for n in range(250):
+            svc.create(f"bulk-{n:03d}", metadata={"team": "blue" if n % 2 else "red"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def client(db: Path):
+    with TestClient(create_app(f"sqlite:///{db}"), base_url=LOCAL) as c:
+        yield c
+
+
+def ids(events: list[dict]) -> list[str]:
+    return [e["id"] for e in events]
+
+
+def test_sessions_page_lists_sessions_newest_first_with_paging(client: TestClient) -> None:
+    page = client.get("/api/sessions", params={"limit": 100}).json()
+    assert len(page["sessions"]) == 100
+    assert page["next_offset"] == 100
+    first = page["sessions"][0]
+    assert set(first) == {"id", "created_at", "expires_at", "metadata", "version", "view_tokens"}
+    created = [s["created_at"] for s in page["sessions"]]
+    assert created == sorted(created, reverse=True)
+    rest = client.get("/api/sessions", params={"offset": 100, "limit": 500}).json()
+    everything = ids(page["sessions"]) + ids(rest["sessions"])
+    assert rest["next_offset"] is None
+    assert len(everything) == len(set(everything)) == 250 + 5 + 1
+    html = client.get("/").text
+    assert 'id="next"' in html and "demo-summary" not in html  # the newest 50 are bulk ones
+
+
+def test_search_filters_on_id_and_metadata(client: TestClient) -> None:
+    found = client.get("/api/sessions", params={"q": "DEMO-", "limit": 500}).json()["sessions"]
+    assert sorted(ids(found)) == sorted(
+        ["demo-files", "demo-summary", "demo-token-budget", "demo-last-turns", "demo-last-events"]
+    )
+    demo = {s["id"]: s for s in found}["demo-summary"]
+    assert demo["version"] > 0 and demo["view_tokens"] > 0
+    blue = client.get("/api/sessions", params={"q": "blue", "limit": 500}).json()["sessions"]
+    assert len(blue) == 125
+    html = client.get("/", params={"q": "demo-summary"}).text
+    assert 'href="/sessions/demo-summary"' in html
+    assert "No sessions" in client.get("/", params={"q": "nothing-like-this"}).text
+
+
+def test_timeline_shows_boundaries_folds_covered_events_and_pairs_tools(
+    client: TestClient, db: Path
+) -> None:
+    with SessionService(SqliteStore(db)) as svc:
+        log = svc.events("demo-summary")
+        view = svc.view("demo-summary")
+    page = client.get("/api/sessions/demo-summary/log", params={"limit": 500}).json()
+    assert [e["seq"] for e in page["events"]] == [e.seq for e in log]
+    in_view = {e.id for e in view}
+    for e in page["events"]:
+        if e["type"] == "MESSAGE":
+            assert (e["id"] in in_view) == (e["status"] not in ("covered", "cleared")), e
+    boundary = next(e for e in page["events"] if e["type"] == "COMPACTION")
+    assert boundary["boundary"]["covered"] > 0 and boundary["boundary"]["strategy"]
+    assert page["boundaries"][0]["seq"] == boundary["seq"]
+    summary = [e for e in page["events"] if e.get("summary")]
+    assert summary and all(e["status"] == "summary" for e in summary)
+    calls = [c for e in page["events"] for c in e.get("tool_calls", ())]
+    assert calls and all(c["result_seq"] is not None for c in calls)
+    html = client.get("/sessions/demo-summary").text
+    assert '<details class="fold">' in html and "covered events" in html
+    assert 'class="card boundary"' in html and "tokens saved" in html
+    assert 'id="current-view" href="/sessions/demo-summary/view"' in html
+    assert "→ result #" in html and "← call #" in html
+
+
+def test_a_summary_shows_its_files(client: TestClient) -> None:
+    page = client.get("/api/sessions/demo-files/log", params={"limit": 500}).json()
+    files = [e["files"] for e in page["events"] if e.get("files")]
+    assert files and any(f.get("modified") for f in files)
+    html = client.get("/sessions/demo-files").text
+    assert 'class="files"' in html and "Files modified:" in html
+
+
+def test_current_view_is_the_stores_view_with_its_token_total(client: TestClient, db: Path) -> None:
+    for sid in ("demo-summary", "demo-last-turns", "demo-files"):
+        with SessionService(SqliteStore(db)) as svc:
+            view = svc.view(sid)
+        got = client.get(f"/api/sessions/{sid}/view").json()
+        assert ids(got["events"]) == [e.id for e in view]
+        assert got["total_events"] == len(view) and got["view_tokens"] > 0
+        assert got["at"] is None
+        html = client.get(f"/sessions/{sid}/view").text
+        assert "Current view" in html and f"{got['view_tokens']:,}" in html
+
+
+def test_time_travel_projects_the_log_as_it_was_at_every_seq(client: TestClient, db: Path) -> None:
+    with SessionService(SqliteStore(db)) as svc:
+        log = svc.events("demo-summary")
+    writes = set()  # the seqs the log ended at after each write (a compaction is one write)
+    at = 0
+    while at < len(log):
+        at += 1
+        if log[at - 1].type.name == "COMPACTION":
+            at += len(CompactionBoundary.from_event(log[at - 1]).appended_event_ids)
+        writes.add(at)
+    for at in range(len(log) + 1):
+        got = client.get("/api/sessions/demo-summary/view", params={"at": at, "limit": 500})
+        end = min(w for w in writes | {0} if w >= at)
+        assert got.json()["at"] == end
+        expected = CompactionBoundary.project(log[:end])
+        assert ids(got.json()["events"]) == [e.id for e in expected], at
+    before = log.index(next(e for e in log if e.type.name == "COMPACTION"))
+    html = client.get("/sessions/demo-summary/view", params={"at": before}).text
+    assert f"The view after seq {before}" in html and "No compaction by seq" in html
+    html = client.get("/sessions/demo-summary/view", params={"at": before + 1}).text
+    assert "In force: compaction at seq" in html
+
+
+def test_diff_between_two_boundaries(client: TestClient, db: Path) -> None:
+    with SessionService(SqliteStore(db)) as svc:
+        log = svc.events("demo-summary")
+    seqs = [e.seq for e in log if e.type.name == "COMPACTION"]
+    a, b = seqs[0] - 1, seqs[0]
+    got = client.get("/api/sessions/demo-summary/diff", params={"a": a, "b": b}).json()
+    first = {e.id for e in CompactionBoundary.project(log[:a])}
+    assert got["b"] > b  # the boundary's summary events came in the same write
+    second = {e.id for e in CompactionBoundary.project(log[: got["b"]])}
+    assert set(ids(got["left"])) == first - second and got["left"]
+    assert set(ids(got["entered"])) == second - first
+    assert got["tokens_b"] < got["tokens_a"]
+    calls = [c for e in got["left"] for c in e.get("tool_calls", ())]
+    assert calls and all(c["result_seq"] is not None for c in calls)
+    assert "→ result #<" not in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
+    assert "Left the view" in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
+    assert client.get("/api/sessions/demo-summary/diff?a=1").status_code == 400
+
+
+def test_hostile_content_is_escaped_everywhere(client: TestClient) -> None:
+    from urllib.parse import quote
+
+    sid = quote(HOSTILE_ID, safe="")
+    pages = [
+        client.get("/"),
+        client.get("/", params={"q": "script"}),
+        client.get(f"/sessions/{sid}"),
+        client.get(f"/sessions/{sid}/view"),
+        client.get(f"/sessions/{sid}/view", params={"at": 3}),
+        client.get(f"/sessions/{sid}/diff", params={"a": 0, "b": 5}),
+    ]
+    for response in pages:
+        assert response.status_code == 200, response.url
+        html = response.text
+        assert "<script" not in html.lower(), response.url
+        assert "<img" not in html.lower(), response.url
+        assert "<b>bold" not in html
+        assert response.headers["content-security-policy"] == CSP
+        assert "script-src" not in CSP and "default-src 'none'" in CSP
+    timeline = pages[2].text
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in timeline
+    assert "&lt;img src=x onerror=window.pwned=1&gt;" in timeline
+    assert "tool&lt;script&gt;" in timeline
+    assert re.search(r'href="/sessions/x%22%3E%3Cscript%3E', pages[1].text)
+    api = client.get(f"/api/sessions/{sid}/log").json()
+    assert api["session"]["id"] == HOSTILE_ID
+    assert api["events"][1]["text"] == f"hello {SCRIPT} and {IMG}"
+
+
+def test_no_write_endpoint(client: TestClient) -> None:
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        for url in ("/", "/api/sessions", "/api/sessions/demo-summary/log", "/sessions/x"):
+            assert client.request(method, url).status_code == 405, (method, url)
+
+
+def test_errors_are_one_clear_answer(client: TestClient) -> None:
+    missing = client.get("/api/sessions/nope/log")
+    assert missing.status_code == 404 and "nope" in missing.json()["error"]
+    assert client.get("/sessions/nope").status_code == 404
+    assert "no session" in client.get("/sessions/nope/view").text
+    for params in ({"after": "x"}, {"after": -1}, {"limit": 0}):
+        bad = client.get("/api/sessions/demo-summary/log", params=params)
+        assert bad.status_code == 400, params
+    assert client.get("/sessions/demo-summary/view", params={"at": "soon"}).status_code == 400
+
+
+def test_log_pages_chain_and_are_capped(client: TestClient) -> None:
+    seen: list[int] = []
+    after: int | None = 0
+    while after is not None:
+        page = client.get("/api/sessions/demo-summary/log", params={"after": after, "limit": 7})
+        body = page.json()
+        seen += [e["seq"] for e in body["events"]]
+        after = body["next_after"]
+    assert seen == list(range(1, body["version"] + 1))
+    jumped = client.get("/api/sessions/demo-summary/log", params={"seq": 17, "limit": 5}).json()
+    assert [e["seq"] for e in jumped["events"]] == [17, 18, 19, 20, 21]
+    assert 'id="seq-17"' in client.get("/sessions/demo-summary", params={"seq": 17}).text
+    assert client.get("/api/sessions/demo-summary/log", params={"seq": 0}).status_code == 400
+    capped = client.get("/api/sessions/bulk-000/log", params={"limit": 10_000}).json()
+    assert capped["limit"] == 500
+
+
+def test_token_is_required_when_set(db: Path) -> None:
+    with TestClient(create_app(f"sqlite:///{db}", token="s3cret")) as c:
+        assert c.get("/").status_code == 401
+        assert c.get("/api/sessions").status_code == 401
+        assert c.get("/", params={"token": "wrong"}).status_code == 401
+        assert c.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).is_success
+        first = c.get("/", params={"token": "s3cret"})
+        assert first.status_code == 200
+        assert TOKEN_COOKIE in first.headers["set-cookie"]
+        assert "HttpOnly" in first.headers["set-cookie"]
+        assert c.get("/sessions/demo-summary").status_code == 200  # the cookie carries it
+        c.cookies.clear()
+        assert c.get("/sessions/demo-summary").status_code == 401
+
+
+def test_only_loopback_names_are_answered_without_a_token(db: Path) -> None:
+    svc = SessionService(SqliteStore(db))
+    app = create_app(svc)
+    for base in ("http://127.0.0.1:8765", "http://localhost", "http://[::1]:9000"):
+        with TestClient(app, base_url=base) as c:
+            assert c.get("/api/sessions").status_code == 200, base
+    for base in ("http://evil.example", "http://127.0.0.1.evil.example", "http://10.0.0.5:8765"):
+        with TestClient(app, base_url=base) as c:
+            refused = c.get("/api/sessions")
+            assert refused.status_code == 421, base
+            assert "--token" in refused.json()["error"]
+    with TestClient(create_app(f"sqlite:///{db}", token="t"), base_url="http://viewer.lan") as c:
+        assert c.get("/api/sessions", headers={"Authorization": "Bearer t"}).status_code == 200
+    for bad in ("", "a b", "x;y", "é"):
+        with pytest.raises(InvalidInput):
+            create_app(svc, token=bad)
+    svc.close()
+
+
+class _PagesOnly:
+    """A real store that refuses whole-log reads, to prove a page reads only a page."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def events(self, session_id, flt=None):
+        assert flt is not None and flt.event_types is not None, "a whole-log read"
+        return self._store.events(session_id, flt)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_log_page_reads_only_that_page(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "long.db")
+    with SessionService(store) as svc:
+        svc.create("long")
+        events = []
+        for n in range(3000):
+            events.append(SessionEvent.for_message("long", Message.user(f"q{n}")))
+            events.append(SessionEvent.for_message("long", Message.assistant(f"a{n}")))
+        svc.append_events("long", events, 0)
+        app = create_app(SessionService(_PagesOnly(store)))  # type: ignore[arg-type]
+        with TestClient(app, base_url=LOCAL) as c:
+            page = c.get("/api/sessions/long/log", params={"after": 5000, "limit": 50}).json()
+            assert [e["seq"] for e in page["events"]] == list(range(5001, 5051))
+            assert page["next_after"] == 5050 and page["prev_after"] == 4950
+            html = c.get("/sessions/long", params={"after": 5950}).text
+            assert "#6000" in html and 'class="next"' not in html
+            view = c.get("/api/sessions/long/view", params={"at": 10}).json()
+            assert [e["seq"] for e in view["events"]] == list(range(1, 11))
+
+
+def test_serve_help_and_refusals(capsys: pytest.CaptureFixture[str], db: Path) -> None:
+    assert main(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "read-only" in out.lower() and "127.0.0.1" in out
+    assert main(["--db", str(db), "serve", "--host", "0.0.0.0"]) == 2
+    assert "--token" in capsys.readouterr().err
+    assert main(["--db", str(db), "serve", "--port", "0"]) == 2
+    assert main(["--db", str(db), "serve", "--token", " "]) == 2
+    assert main(["--db", str(db.parent / "missing.db"), "serve"]) == 1
+
+
+def test_the_sessions_list_is_usable_with_100000_sessions() -> None:
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from turnlog import MemoryStore, Session
+
+    store = MemoryStore()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for n in range(100_000):
+        created = t0 + timedelta(seconds=n)
+        store.create_session(Session(f"s-{n:06d}", created, metadata={"user": f"u{n % 977}"}))
+    with TestClient(create_app(SessionService(store)), base_url=LOCAL) as c:
+        for params, first, count in (
+            ({}, "s-099999", 50),
+            ({"offset": 99_990}, "s-000009", 10),
+            ({"q": "U976", "limit": 500}, "s-099653", 102),
+            ({"q": "s-000123"}, "s-000123", 1),
+        ):
+            started = time.perf_counter()
+            page = c.get("/api/sessions", params=params).json()
+            assert time.perf_counter() - started < 3.0, params
+            assert page["sessions"][0]["id"] == first, params
+            assert len(page["sessions"]) == count, params
+        assert 'id="next"' in c.get("/", params={"offset": 50}).text
