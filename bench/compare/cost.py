@@ -12,17 +12,26 @@ write. Each store starts with 100, 1,000 or 10,000 stored items of the same shap
 - pydantic-ai's JSON persistence as its docs show it: the history read back with
   `ModelMessagesTypeAdapter.validate_json(path.read_bytes())`, the turn added, the whole list
   written with `to_json` (`path.write_bytes`, no fsync).
-- turnlog through `SessionService` directly (the adapters are on other branches): read
+- turnlog through each framework's adapter, at the peer's durability where it has one:
+  `TurnlogSession` (`get_items()`, then `add_items(turn)`) on
+  `AsyncSqliteStore(synchronous="FULL")` beside `SQLiteSession`;
+  `TurnlogChatMessageHistory` (`.messages`, then `add_messages(turn)`) on
+  `SqliteStore(synchronous="FULL")` (the durability a SQL history would have) and on
+  `MemoryStore` beside the in-memory history; `load_history`, then `save_history(turn)` and
+  `service.compact` (as an application does around `agent.run`) on
+  `SqliteStore(synchronous="OFF")` beside the JSON file (no fsync either).
+- turnlog through `SessionService` directly (`--no-direct` leaves these out): read
   `view_messages(sid)`, append the turn with `append_events` (one version-checked write), then
-  `compact` (a trigger that fires when the view passes 60 events, back to `last_events(50)`; a
-  pass writes every few turns). Same durability as each peer: `SqliteStore(synchronous="FULL")`
-  beside `SQLiteSession`, `synchronous="OFF"` beside the JSON file (no fsync either), and
-  `MemoryStore` beside the in-memory history. Each store's log starts at the size given,
-  compacted to a 50-event view.
+  `compact`, on `SqliteStore` FULL and OFF and on `MemoryStore`.
+
+Every turnlog row compacts the same way: a trigger that fires when the view passes 60 events,
+back to `last_events(50)` (no summarizer; a pass writes every few turns). Each turnlog log is
+seeded in writes of 1,000 items through the same interface, compacted to a 50-event view.
 
 After each timed turn the peers' stores are put back to their size, untimed (`pop_item`, list
-truncation, the file rewritten), so a size stays that size; turnlog's log keeps growing (by 4
-events a turn) while its view stays at 50-60 events. Rounds interleave the contenders in a
+truncation, the file rewritten), so a size stays that size; turnlog's logs keep growing (by 4
+events a turn) while their views stay at 50-60 events. The last column sets each adapter row
+beside its framework's native store at the largest size. Rounds interleave the contenders in a
 shuffled order; medians, milliseconds. The issue's target: turnlog at 10,000 items within 1.5x
 of its cost at 100.
 
