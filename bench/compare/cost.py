@@ -370,6 +370,10 @@ async def measure(contenders: list[Contender], rounds: int, seed: int) -> None:
         await c.turn()
         if c.restore:
             await c.restore()
+    # The seeded histories hold many objects: keep them out of the collections made
+    # before each sample, which would otherwise walk them all every time.
+    gc.collect()
+    gc.freeze()
     order = list(contenders)
     for _ in range(rounds):
         rng.shuffle(order)
@@ -384,6 +388,7 @@ async def measure(contenders: list[Contender], rounds: int, seed: int) -> None:
                 gc.enable()
             if c.restore:
                 await c.restore()
+    gc.unfreeze()
 
 
 async def run(
