@@ -194,7 +194,9 @@ def test_version(capsys):
     assert code == 0 and out.strip() == f"turnlog {__version__}"
 
 
-@pytest.mark.parametrize("argv", [["sessions"], ["show", "demo-summary"], ["show", "demo-summary", "--log"]])
+@pytest.mark.parametrize(
+    "argv", [["sessions"], ["show", "demo-summary"], ["show", "demo-summary", "--log"]]
+)
 def test_format_json_is_the_json_option(argv, demo_db, capsys):
     code, a, _ = run(capsys, "--db", demo_db, *argv, "--format", "json")
     assert code == 0

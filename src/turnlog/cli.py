@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from turnlog import __version__
 from turnlog.cli_chat import (
     CHAT_DETAILS,
     CHAT_EXAMPLE,
@@ -52,7 +53,6 @@ from turnlog.cli_render import (
     visible,
     when,
 )
-from turnlog import __version__
 from turnlog.compaction import (
     CompactionBoundary,
     CompactionRequest,

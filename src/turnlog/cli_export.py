@@ -52,8 +52,8 @@ EXPORT_EXAMPLE: Final = (
     "  turnlog export support-42 --log --format html -o bug-1234.html"
 )
 EXPORT_DETAILS: Final = (
-    "openai: {\"messages\": [...]} as Chat Completions takes them (what `turnlog import` "
-    "reads too); anthropic: {\"system\": ..., \"messages\": [...]} as the Messages API takes "
+    'openai: {"messages": [...]} as Chat Completions takes them (what `turnlog import` '
+    'reads too); anthropic: {"system": ..., "messages": [...]} as the Messages API takes '
     "them. For those two the view is the messages a model is sent, repaired as "
     "view_messages() repairs them; with --log, every message of the log in order (covered "
     "ones and summaries included; boundaries have no place in these formats). jsonl: turnlog's "
@@ -173,7 +173,9 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
     try:
         with Progress(f"exporting {scope} events", len(shown)) as progress:
             if args.format == "jsonl":
-                lines = dump_lines(session, _counted(shown, progress), count=len(shown), scope=scope)
+                lines = dump_lines(
+                    session, _counted(shown, progress), count=len(shown), scope=scope
+                )
                 out.writelines(lines)
             elif args.format == "html":
                 out.write(page(args.session, log, view, log_scope=args.log).encode("utf-8"))
@@ -340,10 +342,10 @@ def page(
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
     scope = "the whole log" if log_scope else "the view (what the model is sent)"
     head = (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>turnlog: {_e(session_id)}</title><style>{_STYLE}</style></head><body>"
         f"<header><h1>session {_e(session_id)}</h1><p>{_e(scope)}: {len(shown)} events of "
         f"{len(log)} in the log; {len(sent_events(view))} messages sent to the model. "
@@ -363,7 +365,7 @@ def _timeline(
         if run >= 3:  # a run of covered events folds
             first, last = events[at].seq, events[at + run - 1].seq
             yield (
-                f"<details class=\"fold\"><summary>{run} covered events (seq {first}-{last}): "
+                f'<details class="fold"><summary>{run} covered events (seq {first}-{last}): '
                 "left the view, still in the log</summary>"
             )
             yield from (_event(e, status, anchors) for e in events[at : at + run])
@@ -388,48 +390,48 @@ def _event(e: SessionEvent, status: dict[str, str], anchors: dict[str, str]) -> 
         if b.replaced:
             items.append(f"{len(b.replaced)} tool outputs replaced by stand-ins")
         return (
-            f"<section class=\"boundary\" id=\"seq-{e.seq}\"><h2>compaction #{e.seq}: "
-            f"{_e(b.strategy)}</h2><div class=\"meta\">{_e(when)}</div><ul>"
+            f'<section class="boundary" id="seq-{e.seq}"><h2>compaction #{e.seq}: '
+            f'{_e(b.strategy)}</h2><div class="meta">{_e(when)}</div><ul>'
             + "".join(f"<li>{_e(i)}</li>" for i in items)
             + "</ul></section>"
         )
     meta = f"#{e.seq} · {_e(when)}"
     if e.message is None:
         return (
-            f"<article class=\"ev\" id=\"seq-{e.seq}\"><div class=\"meta\">{meta} · "
+            f'<article class="ev" id="seq-{e.seq}"><div class="meta">{meta} · '
             f"<b>{_e(e.type.name)}</b></div><pre>"
             f"{_e(json.dumps(e.payload, ensure_ascii=False, indent=2))}</pre></article>"
         )
     m = e.message
     where = status.get(e.id, "")
     parts = [
-        f"<article class=\"ev r-{_e(m.role)} s-{_e(where)}\" id=\"seq-{e.seq}\">"
-        f"<div class=\"meta\">{meta} · <b>{_e(m.role)}</b> · {_e(where)}"
-        + (" <span class=\"synthetic\">summary</span>" if e.synthetic else "")
+        f'<article class="ev r-{_e(m.role)} s-{_e(where)}" id="seq-{e.seq}">'
+        f'<div class="meta">{meta} · <b>{_e(m.role)}</b> · {_e(where)}'
+        + (' <span class="synthetic">summary</span>' if e.synthetic else "")
         + "</div>"
     ]
     if m.text:
-        parts.append(f"<div class=\"text\">{_e(m.text)}</div>")
+        parts.append(f'<div class="text">{_e(m.text)}</div>')
     elif m.role != "tool" and not m.tool_calls:
-        parts.append(f"<div class=\"text\">{_e(event_text(e))}</div>")
+        parts.append(f'<div class="text">{_e(event_text(e))}</div>')
     for c in m.tool_calls:
         parts.append(
-            f"<div class=\"call\" id=\"{anchors[c.id]}\">call <b>{_e(c.name)}</b> "
+            f'<div class="call" id="{anchors[c.id]}">call <b>{_e(c.name)}</b> '
             f"<code>{_e(c.id)}</code><pre>{_e(_pretty(c.arguments))}</pre></div>"
         )
     for r in m.tool_results:
         link = anchors.get(r.call_id)
         answers = (
-            f"<a href=\"#{link}\">{_e(r.call_id)}</a>" if link else f"<code>{_e(r.call_id)}</code>"
+            f'<a href="#{link}">{_e(r.call_id)}</a>' if link else f"<code>{_e(r.call_id)}</code>"
         )
         parts.append(
-            f"<div class=\"result{' error' if r.is_error else ''}\">result of "
+            f'<div class="result{" error" if r.is_error else ""}">result of '
             f"<b>{_e(r.name)}</b> for {answers}{' (failed)' if r.is_error else ''}"
             f"<pre>{_e(r.content)}</pre></div>"
         )
     if m.metadata or e.metadata:
         meta_json = json.dumps({**dict(e.metadata), **dict(m.metadata)}, ensure_ascii=False)
-        parts.append(f"<div class=\"meta\">metadata <code>{_e(meta_json)}</code></div>")
+        parts.append(f'<div class="meta">metadata <code>{_e(meta_json)}</code></div>')
     return "".join(parts) + "</article>"
 
 

@@ -47,7 +47,9 @@ class SessionDump:
     """"log" (the whole log) or "view" (the events of a view)."""
 
 
-def dump_lines(session: Session, events: Iterable[SessionEvent], *, count: int, scope: str) -> Iterator[bytes]:
+def dump_lines(
+    session: Session, events: Iterable[SessionEvent], *, count: int, scope: str
+) -> Iterator[bytes]:
     """The lines of a turnlog JSONL file (each ending in a newline) for `session` and `events`.
 
     Args:
@@ -172,4 +174,3 @@ def _line(name: str, n: int, raw: bytes) -> Any:
         return _decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"{name}, line {n}: not JSON ({exc})") from None
-
