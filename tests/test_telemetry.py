@@ -28,7 +28,7 @@ from turnlog import (
     telemetry,
 )
 from turnlog.chat import SessionChat
-from turnlog.compaction import SummaryRequest
+from turnlog.compaction import ChatModelSummarizer, SummaryRequest
 from turnlog.models.base import Usage
 from turnlog.stores.sqlite_async import AsyncSqliteStore
 from turnlog.testing import ScriptedChatModel
@@ -109,9 +109,20 @@ def my_summary(request: SummaryRequest) -> list[Message]:
     return [Message.user("summary: the user asked questions"), Message.assistant("noted")]
 
 
-@pytest.mark.parametrize("summarizer", [None, my_summary])
-def test_compaction_span_and_metrics(summarizer, otel, tmp_path):
+SUMMARIZERS = {
+    "none": (None, None),
+    "function": (my_summary, "my_summary"),
+    "model": (
+        ChatModelSummarizer(ScriptedChatModel(["the user asked"], model="sum-1")),
+        "ChatModelSummarizer(sum-1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SUMMARIZERS))
+def test_compaction_span_and_metrics(kind, otel, tmp_path):
     exporter, reader = otel
+    summarizer, described = SUMMARIZERS[kind]
     strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarizer)
     with SessionService(SqliteStore(tmp_path / "t.db")) as svc:
         chatty(svc, "s1", 6)
@@ -131,7 +142,7 @@ def test_compaction_span_and_metrics(summarizer, otel, tmp_path):
     if summarizer is None:
         assert "turnlog.compaction.summarizer" not in a
     else:
-        assert a["turnlog.compaction.summarizer"] == "my_summary"
+        assert a["turnlog.compaction.summarizer"] == described
         assert a["turnlog.compaction.summary"] > 0
     assert second.attributes["turnlog.compaction.fired"] is False
     assert second.attributes["turnlog.compaction.outcome"] == "unchanged"

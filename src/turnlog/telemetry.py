@@ -58,6 +58,7 @@ class _State:
     trace: Any = None
     context: Any = None
     status: Any = None
+    client: Any = None
     compactions: Any = None
     conflicts: Any = None
     tokens_saved: Any = None
@@ -88,6 +89,7 @@ def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     from turnlog import __version__
 
     _State.trace, _State.context = trace, context
+    _State.client = trace.SpanKind.CLIENT
     _State.status = (Status, StatusCode)
     _State.tracer = trace.get_tracer(
         INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider
@@ -128,35 +130,19 @@ def _capturing() -> bool:
 
 
 class Span:
-    """A span around a block: `with span("turnlog.append", session_id) as s: s.set(...)`.
+    """An open span, used as `with span("turnlog.append", session_id) as s: s.set(...)`.
 
-    When no SDK records it (or the API is absent) it attaches nothing and `set` does nothing;
-    `recording` says which, so that costly attributes are computed only when they are kept.
+    `span()` returns one shared, inert `Span` when nothing records (no SDK, or the API absent):
+    entering it attaches nothing and `set` does nothing. `recording` says which, so that costly
+    attributes are computed only when they are kept.
     """
 
     __slots__ = ("_current", "_span", "_token")
 
-    def __init__(
-        self,
-        name: str,
-        session_id: str | None = None,
-        *,
-        client: bool = False,
-        current: bool = True,
-    ) -> None:
-        self._span: Any = None
+    def __init__(self, opened: Any, current: bool = True) -> None:
+        self._span = opened
         self._token: Any = None
         self._current = current
-        tracer = _State.tracer if _State.loaded else _load()
-        if tracer is None:
-            return
-        kind = _State.trace.SpanKind.CLIENT if client else _State.trace.SpanKind.INTERNAL
-        opened = tracer.start_span(name, kind=kind)
-        if not opened.is_recording():
-            return
-        if session_id is not None:
-            opened.set_attribute("turnlog.session.id", session_id)
-        self._span = opened
 
     @property
     def recording(self) -> bool:
@@ -170,8 +156,7 @@ class Span:
 
     def __enter__(self) -> Span:
         if self._span is not None and self._current:
-            ctx = _State.trace.set_span_in_context(self._span)
-            self._token = _State.context.attach(ctx)
+            self._token = _State.context.attach(_State.trace.set_span_in_context(self._span))
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
@@ -188,8 +173,23 @@ class Span:
         opened.end()
 
 
-span: Final = Span
-"""`span(name, session_id)`: see `Span`."""
+_INERT: Final = Span(None)
+
+
+def span(
+    name: str, session_id: str | None = None, *, client: bool = False, current: bool = True
+) -> Span:
+    """A span named `name` (kind CLIENT when `client`), made the current span while it is
+    entered unless `current` is False; the shared inert span when nothing records."""
+    tracer = _State.tracer if _State.loaded else _load()
+    if tracer is None:
+        return _INERT
+    opened = tracer.start_span(name, kind=_State.client) if client else tracer.start_span(name)
+    if not opened.is_recording():
+        return _INERT
+    if session_id is not None:
+        opened.set_attribute("turnlog.session.id", session_id)
+    return Span(opened, current)
 
 
 def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
@@ -204,7 +204,7 @@ def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
 
 def compaction_span(session_id: str, strategy: CompactionStrategy) -> Span:
     """A span for one compaction pass, with the strategy and summarizer named."""
-    s = Span("turnlog.compact", session_id)
+    s = span("turnlog.compact", session_id)
     if s.recording:
         s.set(
             "turnlog.compaction.strategy", str(getattr(strategy, "name", type(strategy).__name__))
@@ -216,12 +216,12 @@ def compaction_span(session_id: str, strategy: CompactionStrategy) -> Span:
 
 
 def _describe(value: object) -> str:
-    name = getattr(value, "__qualname__", None) or type(value).__qualname__
-    model = getattr(value, "model", None)
-    inner = getattr(model, "model", None)
-    if isinstance(inner, str):
-        return f"{type(value).__qualname__}({inner})"
-    return str(name)
+    """A summarizer's name: `ChatModelSummarizer(<model>)`, a function's name, or its type."""
+    model = getattr(getattr(value, "chat_model", None), "model", None)
+    if isinstance(model, str):
+        return f"{type(value).__qualname__}({model})"
+    name = getattr(value, "__qualname__", None)
+    return name if isinstance(name, str) else type(value).__qualname__
 
 
 def record_compaction(
@@ -278,7 +278,7 @@ def model_span(model: object, session_id: str, messages: Sequence[Message]) -> S
     since a streamed call yields to the caller while it is open."""
     requested = getattr(model, "model", None)
     requested = requested if isinstance(requested, str) else None
-    s = Span(f"chat {requested}" if requested else "chat", session_id, client=True, current=False)
+    s = span(f"chat {requested}" if requested else "chat", session_id, client=True, current=False)
     if s.recording:
         s.set("gen_ai.operation.name", "chat")
         provider = getattr(model, "provider", None)
