@@ -265,3 +265,45 @@ def test_import_turnlog_does_not_import_opentelemetry(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_global_sdk_set_after_first_use_is_picked_up(tmp_path):
+    # The usual setup: the application sets the global providers, maybe after turnlog was
+    # already used (spans skipped until then). A fresh process, since globals are set once.
+    out = run_fresh(
+        """
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from turnlog import Message, SessionService, SqliteStore
+
+        with SessionService(SqliteStore("t.db")) as svc:
+            svc.create("s")
+            svc.append_message("s", Message.user("before"))
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            reader = InMemoryMetricReader()
+            metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+            with trace.get_tracer("app").start_as_current_span("handler") as parent:
+                svc.append_message("s", Message.assistant("after"))
+                svc.view("s")
+        spans = exporter.get_finished_spans()
+        print([s.name for s in spans])
+        print(all(s.parent.span_id == parent.get_span_context().span_id
+                  for s in spans if s.name.startswith("turnlog")))
+        points = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+        print([m.name for m in points])
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "['turnlog.append', 'turnlog.view', 'handler']",
+        "True",
+        "['turnlog.view.size']",
+    ]

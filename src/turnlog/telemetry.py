@@ -59,6 +59,7 @@ class _State:
     context: Any = None
     status: Any = None
     client: Any = None
+    global_traces: bool = False
     compactions: Any = None
     conflicts: Any = None
     tokens_saved: Any = None
@@ -90,6 +91,9 @@ def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
 
     _State.trace, _State.context = trace, context
     _State.client = trace.SpanKind.CLIENT
+    # With the global provider, a span is skipped at once while none is set: the API's own
+    # proxy tracer makes a no-op span then, and checking its global costs less than making it.
+    _State.global_traces = tracer_provider is None and hasattr(trace, "_TRACER_PROVIDER")
     _State.status = (Status, StatusCode)
     _State.tracer = trace.get_tracer(
         INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider
@@ -182,7 +186,7 @@ def span(
     """A span named `name` (kind CLIENT when `client`), made the current span while it is
     entered unless `current` is False; the shared inert span when nothing records."""
     tracer = _State.tracer if _State.loaded else _load()
-    if tracer is None:
+    if tracer is None or (_State.global_traces and _State.trace._TRACER_PROVIDER is None):
         return _INERT
     opened = tracer.start_span(name, kind=_State.client) if client else tracer.start_span(name)
     if not opened.is_recording():
