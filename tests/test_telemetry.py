@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from test_cold_start import run_fresh
 from turnlog import (
     AsyncSessionService,
     CompactionWindow,
@@ -32,8 +33,6 @@ from turnlog.compaction import ChatModelSummarizer, SummaryRequest
 from turnlog.models.base import Usage
 from turnlog.stores.sqlite_async import AsyncSqliteStore
 from turnlog.testing import ScriptedChatModel
-
-from test_cold_start import run_fresh
 
 SECRET = "the launch code is 0000"
 
