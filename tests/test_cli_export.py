@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,8 @@ from turnlog.cli import main
 from turnlog.cli_export import Progress
 from turnlog.models.anthropic_format import to_anthropic_messages
 from turnlog.models.openai_format import to_openai_messages
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DEMO = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary", "demo-files"]
 
@@ -244,3 +250,34 @@ def test_a_large_sharegpt_import_prints_no_progress_when_not_on_a_terminal(tmp_p
     code, out, err = run(capsys, "--db", tmp_path / "b.db", "import", path)
     assert code == 0 and err == ""
     assert len(out.splitlines()) == 1200
+
+
+def test_progress_reaches_a_real_terminal(tmp_path):
+    # `turnlog import` of 1,200 ShareGPT conversations with stderr on a pseudo-terminal
+    pty = pytest.importorskip("pty")
+    records = [
+        {"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]}
+        for i in range(1200)
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "turnlog.cli", "--db", str(tmp_path / "p.db"), "import", path]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=follower, env=env, timeout=120)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if shown.endswith(b"\r\x1b[K") and b"1,200/1,200" in shown:
+            break
+    os.close(leader)
+    assert proc.returncode == 0
+    assert re.search(rb"importing conversations: 1,200/1,200 \(100%\), [\d,]+/s, ETA 0s", shown)
+    assert b"importing conversations" not in proc.stdout
