@@ -281,3 +281,22 @@ def test_progress_reaches_a_real_terminal(tmp_path):
     assert proc.returncode == 0
     assert re.search(rb"importing conversations: 1,200/1,200 \(100%\), [\d,]+/s, ETA 0s", shown)
     assert b"importing conversations" not in proc.stdout
+
+
+def test_html_tokens_per_message_and_for_the_view(demo_db, tmp_path, capsys):
+    from turnlog.cli_render import view_tokens
+    from turnlog.tokens import event_tokens
+
+    code, page, err = run(capsys, "--db", demo_db, "export", "demo-summary", "--format", "html")
+    assert code == 0, err
+    assert " tokens" not in page  # not counted unless asked
+    argv = ("--db", demo_db, "export", "demo-summary", "--log", "--format", "html", "--tokens")
+    code, page, err = run(capsys, *argv)
+    assert code == 0, err
+    _, log, view = stored(demo_db, "demo-summary")
+    assert f"messages sent to the model, {view_tokens(view):,} tokens." in page
+    first = next(e for e in log if e.message is not None)
+    count = event_tokens().counts([first])[0]
+    assert f'id="seq-{first.seq}"><div class="meta">' in page
+    section = page.split(f'id="seq-{first.seq}">', 1)[1].split("</article>", 1)[0]
+    assert f" · {count:,} tokens" in section

@@ -28,6 +28,7 @@ from turnlog.models.anthropic_format import to_anthropic_messages
 from turnlog.models.openai_format import to_openai_messages
 from turnlog.service import SessionService
 from turnlog.text import event_text
+from turnlog.tokens import event_tokens
 
 __all__ = [
     "EXPORT_DETAILS",
@@ -82,6 +83,11 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     scope.add_argument("--log", action="store_true", help="the whole log, boundaries included")
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of stdout (replaced)"
+    )
+    parser.add_argument(
+        "--tokens",
+        action="store_true",
+        help="html: show each message's tokens and the view's (loads the tokenizer)",
     )
 
 
@@ -178,7 +184,9 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
                 )
                 out.writelines(lines)
             elif args.format == "html":
-                out.write(page(args.session, log, view, log_scope=args.log).encode("utf-8"))
+                counts = _token_counts(log) if args.tokens else None
+                text = page(args.session, log, view, log_scope=args.log, tokens=counts)
+                out.write(text.encode("utf-8"))
             else:
                 if args.log:
                     messages = [e.message for e in log if e.message is not None]
@@ -196,6 +204,12 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _token_counts(log: Sequence[SessionEvent]) -> dict[str, int]:
+    """Each message event's tokens, by id (the default counter, as `show --tokens`)."""
+    messages = [e for e in log if e.message is not None]
+    return dict(zip((e.id for e in messages), event_tokens().counts(messages), strict=True))
 
 
 def _wire(fmt: str, messages: Sequence[Message]) -> str:
@@ -326,12 +340,14 @@ def page(
     view: Sequence[SessionEvent],
     *,
     log_scope: bool,
+    tokens: dict[str, int] | None = None,
     now: datetime | None = None,
 ) -> str:
     """One self-contained HTML page of a session's view (or whole log, `log_scope`).
 
     No script, no external asset (a Content-Security-Policy forbids both); every piece of text
-    from the log (ids, message text, tool arguments and results, metadata) is escaped.
+    from the log (ids, message text, tool arguments and results, metadata) is escaped. `tokens`
+    (message event id -> tokens) adds each message's count and the view's total.
     """
     status = statuses(log, view, CompactionBoundary.newest(log))
     shown = log if log_scope else view
@@ -348,14 +364,24 @@ def page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>turnlog: {_e(session_id)}</title><style>{_STYLE}</style></head><body>"
         f"<header><h1>session {_e(session_id)}</h1><p>{_e(scope)}: {len(shown)} events of "
-        f"{len(log)} in the log; {len(sent_events(view))} messages sent to the model. "
+        f"{len(log)} in the log; {len(sent_events(view))} messages sent to the model"
+        + (
+            ""
+            if tokens is None
+            else f", {sum(tokens.get(e.id, 0) for e in sent_events(view)):,} tokens"
+        )
+        + ". "
         f"Exported {stamp} by turnlog.</p></header><main>"
     )
-    return head + "".join(_timeline(shown, status, anchors)) + "</main></body></html>\n"
+    body = "".join(_timeline(shown, status, anchors, tokens or {}))
+    return head + body + "</main></body></html>\n"
 
 
 def _timeline(
-    events: Sequence[SessionEvent], status: dict[str, str], anchors: dict[str, str]
+    events: Sequence[SessionEvent],
+    status: dict[str, str],
+    anchors: dict[str, str],
+    tokens: dict[str, int],
 ) -> Iterable[str]:
     at = 0
     while at < len(events):
@@ -368,15 +394,17 @@ def _timeline(
                 f'<details class="fold"><summary>{run} covered events (seq {first}-{last}): '
                 "left the view, still in the log</summary>"
             )
-            yield from (_event(e, status, anchors) for e in events[at : at + run])
+            yield from (_event(e, status, anchors, tokens) for e in events[at : at + run])
             yield "</details>"
             at += run
             continue
-        yield _event(events[at], status, anchors)
+        yield _event(events[at], status, anchors, tokens)
         at += 1
 
 
-def _event(e: SessionEvent, status: dict[str, str], anchors: dict[str, str]) -> str:
+def _event(
+    e: SessionEvent, status: dict[str, str], anchors: dict[str, str], tokens: dict[str, int]
+) -> str:
     when = "" if e.timestamp is None else e.timestamp.strftime("%Y-%m-%d %H:%M:%S")
     if e.type == EventType.COMPACTION:
         b = CompactionBoundary.from_event(e)
@@ -407,6 +435,7 @@ def _event(e: SessionEvent, status: dict[str, str], anchors: dict[str, str]) -> 
     parts = [
         f'<article class="ev r-{_e(m.role)} s-{_e(where)}" id="seq-{e.seq}">'
         f'<div class="meta">{meta} · <b>{_e(m.role)}</b> · {_e(where)}'
+        + (f" · {tokens[e.id]:,} tokens" if e.id in tokens else "")
         + (' <span class="synthetic">summary</span>' if e.synthetic else "")
         + "</div>"
     ]
