@@ -43,6 +43,9 @@ def is_session_dump(path: Path) -> bool:
     for any other file, and for one that cannot be read (`read_conversations` then says why)."""
     try:
         with path.open("rb") as f:
+            if b'"turnlog"' not in f.read(256):  # the header names it first; skip the rest
+                return False
+            f.seek(0)
             for raw in f:
                 if raw.strip():
                     return is_header(json.loads(raw.removeprefix(b"\xef\xbb\xbf")))
