@@ -89,6 +89,11 @@ def test_appends_and_commands_that_count_nothing_never_load_the_tokenizer(tmp_pa
         ["show", "s1", "--log"],
         ["show", "s1", "--json"],
         ["show", "s1", "--log", "--json"],
+        ["show", "s1", "--format", "json"],
+        ["export", "s1"],
+        ["export", "s1", "--log", "--format", "html"],
+        ["export", "s1", "--format", "openai"],
+        ["export", "s1", "--format", "anthropic"],
     ]
     out = run_fresh(f"COMMANDS = {commands!r}\n" + COMMANDS, tmp_path)
     assert out.returncode == 0, out.stderr

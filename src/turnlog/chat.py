@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+from turnlog import telemetry
 from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, sent_events
 from turnlog.compaction._checks import check_function
 from turnlog.compaction.reported import usage_metadata
@@ -224,18 +225,20 @@ class SessionChat:
             offered = self._offered(session_id)
             messages = self._prompt(sent)
             response: ChatResponse | None = None
-            if streaming:
-                for piece in self.model.stream(messages, offered):
-                    if isinstance(piece, ChatResponse):
-                        response = piece
-                    else:
-                        yield piece
-                if response is None:
-                    raise ModelError(
-                        _provider(self.model), None, "the model's stream ended without a reply"
-                    )
-            else:
-                response = self.model.respond(messages, offered)
+            with telemetry.model_span(self.model, session_id, messages) as span:
+                if streaming:
+                    for piece in self.model.stream(messages, offered):
+                        if isinstance(piece, ChatResponse):
+                            response = piece
+                        else:
+                            yield piece
+                    if response is None:
+                        raise ModelError(
+                            _provider(self.model), None, "the model's stream ended without a reply"
+                        )
+                else:
+                    response = self.model.respond(messages, offered)
+                telemetry.record_response(span, self.model, response)
             responses.append(response)
             event = self._store_reply(session_id, response, sent, ids.assistant(call))
             tracked.add([event])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from turnlog import __version__
 from turnlog.cli_chat import (
     CHAT_DETAILS,
     CHAT_EXAMPLE,
@@ -31,6 +32,15 @@ from turnlog.cli_chat import (
     error_line,
 )
 from turnlog.cli_demo import cmd_demo
+from turnlog.cli_export import (
+    EXPORT_DETAILS,
+    EXPORT_EXAMPLE,
+    EXPORT_SUMMARY,
+    Progress,
+    add_export_arguments,
+    cmd_export,
+    import_dump,
+)
 from turnlog.cli_render import (
     dumps,
     event_json,
@@ -63,7 +73,7 @@ from turnlog.compaction import (
 )
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
 from turnlog.events import SessionEvent, check_id
-from turnlog.importers import read_conversations
+from turnlog.importers import is_session_dump, read_conversations, read_session_dump
 from turnlog.rules import check_messages
 from turnlog.service import SessionService
 from turnlog.stores.opening import open_store
@@ -176,6 +186,8 @@ def _import_ids(args: argparse.Namespace, count: int) -> list[str]:
 
 def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
     path = Path(args.file)
+    if args.dump is not None:
+        return import_dump(svc, args.dump, str(path))
     kind, conversations = args.conversations  # read before the database was opened
     ids = _import_ids(args, len(conversations))
     check = not args.allow_broken
@@ -198,10 +210,12 @@ def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
     ]
     created: list[str] = []
     try:
-        for session_id, batch in zip(ids, batches, strict=True):
-            svc.create(session_id, metadata={"imported_from": path.name, "format": kind})
-            created.append(session_id)
-            svc.append_events(session_id, batch, 0, check_rules=check)
+        with Progress("importing conversations", len(ids)) as progress:
+            for session_id, batch in zip(ids, batches, strict=True):
+                svc.create(session_id, metadata={"imported_from": path.name, "format": kind})
+                created.append(session_id)
+                svc.append_events(session_id, batch, 0, check_rules=check)
+                progress.advance()
     except BaseException:
         for session_id in created:  # all or nothing
             svc.delete(session_id)
@@ -217,7 +231,7 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
         view = svc.view(s.id)
         tokens = view_tokens(view) if args.tokens else None
         rows.append((s, svc.version(s.id), len(sent_events(view)), tokens))
-    if args.json:
+    if args.format == "json":
         out = []
         for s, version, size, tokens in rows:
             entry: dict[str, object] = {
@@ -253,7 +267,7 @@ def _cmd_sessions(svc: SessionService, args: argparse.Namespace) -> int:
 
 def _cmd_show(svc: SessionService, args: argparse.Namespace) -> int:
     svc.get(args.session)
-    if args.json:
+    if args.format == "json":
         view = svc.view(args.session)
         if args.log:
             shown = svc.events(args.session)
@@ -352,9 +366,10 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
     ("import", _cmd_import, "import a conversation: OpenAI messages (JSON or JSONL) or ShareGPT",
      "turnlog import chat.json --session support-42\n  turnlog import dataset.jsonl"),
     ("sessions", _cmd_sessions, "list the sessions: created, expires, events, view size",
-     "turnlog sessions\n  turnlog sessions --tokens --json"),
+     "turnlog sessions\n  turnlog sessions --tokens --format json"),
     ("show", _cmd_show, "print a session's view (default) or its whole log",
-     "turnlog show demo-summary\n  turnlog show demo-summary --log"),
+     "turnlog show demo-summary\n  turnlog show demo-summary --log --format json"),
+    ("export", cmd_export, EXPORT_SUMMARY, EXPORT_EXAMPLE),
     ("compact", _cmd_compact, "compact a session with a window, optionally only if a trigger fires",
      "turnlog compact support-42 --last-turns 10 --if-tokens 8000"),
     ("chat", cmd_chat, CHAT_SUMMARY, CHAT_EXAMPLE),
@@ -369,7 +384,10 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
 ]  # fmt: skip
 
 _DETAILS = {
-    "import": 'A JSON list of OpenAI chat-completions messages (or {"messages": [...]}), JSONL '
+    "import": "turnlog JSONL (`turnlog export --format jsonl`) is read back as it was exported: "
+    "the session's times and metadata, every event with its id, time and body, boundaries "
+    "included (--session renames it; event ids stay, and are unique in a store). Otherwise: "
+    'a JSON list of OpenAI chat-completions messages (or {"messages": [...]}), JSONL '
     'with one message per line, or ShareGPT: a record {"conversations": [...]}, a list of '
     "records or JSONL of records. Consecutive tool messages become one turnlog tool message "
     "with several results. The session id is --session or the file's name without extension; "
@@ -385,6 +403,7 @@ _DETAILS = {
     "adds the view's token count.",
     "chat": CHAT_DETAILS,
     "serve": SERVE_DETAILS,
+    "export": EXPORT_DETAILS,
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
     "both it runs when either fires. Nothing is written when the view already fits.",
 }
@@ -400,6 +419,7 @@ def _parser() -> argparse.ArgumentParser:
         "  turnlog --store 'postgresql://app@db:5432/chat?schema=support' sessions",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"turnlog {__version__}")
     parser.add_argument(
         "--db",
         default=None,
@@ -430,7 +450,9 @@ def _parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(handler=handler)
         commands[name] = p
-    commands["import"].add_argument("file", help="the JSON, JSONL or ShareGPT file")
+    commands["import"].add_argument(
+        "file", help="the JSON, JSONL or ShareGPT file, or turnlog JSONL from `turnlog export`"
+    )
     commands["import"].add_argument("--session", help="the new session's id")
     commands["import"].add_argument(
         "--allow-broken",
@@ -440,7 +462,19 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("show", "compact", "delete"):
         commands[name].add_argument("session", help="the session id")
     for name in ("sessions", "show"):
-        commands[name].add_argument("--json", action="store_true", help="print JSON")
+        commands[name].add_argument(
+            "--format",
+            choices=("text", "json"),
+            default="text",
+            help="text for people (default), json for scripts",
+        )
+        commands[name].add_argument(
+            "--json",
+            action="store_const",
+            const="json",
+            dest="format",
+            help="the same as --format json",
+        )
         commands[name].add_argument(
             "--tokens",
             action="store_true",
@@ -451,6 +485,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--log", action="store_true", help="every event, covered ones marked")
     add_chat_arguments(commands["chat"])
     add_serve_arguments(commands["serve"])
+    add_export_arguments(commands["export"])
     compact = commands["compact"]
     window = compact.add_mutually_exclusive_group(required=True)
     window.add_argument("--last-events", type=int, metavar="N", help="keep the last N events")
@@ -495,8 +530,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.target = target(args)
         where = args.target.name  # _fail makes it safe to print
         if args.command == "import":  # a bad file must not even create the database
-            args.conversations = read_conversations(Path(args.file))
-            _import_ids(args, len(args.conversations[1]))
+            args.dump = None
+            if is_session_dump(Path(args.file)):
+                if args.session is not None:
+                    check_id(args.session, "the session id")
+                args.dump = read_session_dump(Path(args.file), args.session)
+            else:
+                args.conversations = read_conversations(Path(args.file))
+                _import_ids(args, len(args.conversations[1]))
         if args.command == "chat":  # a bad option or a missing key opens nothing
             args.chat = chat_settings(args)
         if args.command == "migrate":

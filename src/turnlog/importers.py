@@ -1,4 +1,5 @@
-"""Read conversations from files: OpenAI chat-completions messages and ShareGPT records.
+"""Read conversations from files: OpenAI chat-completions messages, ShareGPT records, and
+turnlog's own JSONL (`turnlog export --format jsonl`), which `read_session_dump` reads back whole.
 
 `read_conversations(path)` accepts a JSON list of OpenAI messages (or `{"messages": [...]}`),
 JSONL with one message per line, or ShareGPT: a record `{"conversations": [...]}`, a list of
@@ -16,8 +17,9 @@ from typing import Any
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, ToolCall, ToolResult
+from turnlog.jsonl import SessionDump, is_header, read_dump
 
-__all__ = ["read_conversations", "sharegpt_messages"]
+__all__ = ["is_session_dump", "read_conversations", "read_session_dump", "sharegpt_messages"]
 
 
 ACCEPTED = (
@@ -34,6 +36,41 @@ _RESPONSES = (
     "this looks like OpenAI Responses API items, which turnlog import does not read: convert "
     "them to chat-completions messages"
 )
+
+
+def is_session_dump(path: Path) -> bool:
+    """True when `path` starts like turnlog JSONL (its first line is a turnlog header); False
+    for any other file, and for one that cannot be read (`read_conversations` then says why)."""
+    try:
+        with path.open("rb") as f:
+            if b'"turnlog"' not in f.read(256):  # the header names it first; skip the rest
+                return False
+            f.seek(0)
+            for raw in f:
+                if raw.strip():
+                    return is_header(json.loads(raw.removeprefix(b"\xef\xbb\xbf")))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return False
+
+
+def read_session_dump(path: Path, session_id: str | None = None) -> SessionDump:
+    """A session and its events from turnlog JSONL, exactly as they were exported.
+
+    Args:
+        path: the file.
+        session_id: the id to import it as (default: the exported session's).
+
+    Raises:
+        InvalidInput: the file cannot be read or is not valid turnlog JSONL; names the line.
+    """
+    try:
+        with path.open("rb") as f:
+            return read_dump(str(path), f, session_id=session_id)
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _bad(where: str, what: str) -> InvalidInput:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from turnlog import telemetry
 from turnlog.compaction import (
     CompactionBoundary,
     CompactionRequest,
@@ -21,6 +22,7 @@ from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, 
 from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol_async import AsyncSessionStore
+from turnlog.tokens import event_tokens
 
 __all__ = ["AsyncSessionService"]
 
@@ -193,7 +195,12 @@ class AsyncSessionService:
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
         event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
-        return await self.store.append_event(event, check_rules=check_rules)
+        with telemetry.span("turnlog.append", session_id) as span:
+            stored = await self.store.append_event(event, check_rules=check_rules)
+            if span.recording:
+                span.set("turnlog.append.events", 1)
+                span.set("turnlog.session.version", stored.seq or 0)
+            return stored
 
     async def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         """Append one event at the end of the log, whatever the version.
@@ -201,7 +208,12 @@ class AsyncSessionService:
         Raises:
             InvalidInput: as `append_message`.
         """
-        return await self.store.append_event(event, check_rules=check_rules)
+        with telemetry.span("turnlog.append", event.session_id) as span:
+            stored = await self.store.append_event(event, check_rules=check_rules)
+            if span.recording:
+                span.set("turnlog.append.events", 1)
+                span.set("turnlog.session.version", stored.seq or 0)
+            return stored
 
     async def append_events(
         self,
@@ -221,9 +233,15 @@ class AsyncSessionService:
             InvalidInput: a bad batch, or events that break a view rule (`check_rules=False`
                 stores them anyway, see `append_message`); nothing was written.
         """
-        return await self.store.append_events(
-            session_id, events, expected_version, check_rules=check_rules
-        )
+        with telemetry.span("turnlog.append", session_id) as span:
+            version = await self.store.append_events(
+                session_id, events, expected_version, check_rules=check_rules
+            )
+            if span.recording:
+                span.set("turnlog.append.events", len(events))
+                span.set("turnlog.append.expected_version", expected_version)
+                span.set("turnlog.session.version", version)
+            return version
 
     async def version(self, session_id: str) -> int:
         """The number of events in the session's log."""
@@ -249,7 +267,10 @@ class AsyncSessionService:
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         """The active view: what the model sees, in order."""
-        return await self.store.view(session_id)
+        with telemetry.span("turnlog.view", session_id) as span:
+            view = await self.store.view(session_id)
+            telemetry.record_view(span, view)
+            return view
 
     async def view_messages(self, session_id: str) -> list[Message]:
         """The messages to send a model: the latest system message first, then the rest.
@@ -261,9 +282,12 @@ class AsyncSessionService:
         before a conversation that starts with the assistant; added and changed messages carry
         the metadata key "turnlog.repair"). A log that always kept the rules is sent as it is.
         """
-        return repair_messages(
-            [e.message for e in sent_events(await self.store.view(session_id)) if e.message]
-        )
+        with telemetry.span("turnlog.view", session_id) as span:
+            view = await self.store.view(session_id)
+            telemetry.record_view(span, view)
+            messages = repair_messages([e.message for e in sent_events(view) if e.message])
+            span.set("turnlog.view.messages", len(messages))
+            return messages
 
     async def hide(
         self, session_id: str, event_ids: Sequence[str], *, retries: int = 3
@@ -406,6 +430,19 @@ class AsyncSessionService:
         strategy: CompactionStrategy,
         seen: tuple[int, Sequence[SessionEvent]] | None = None,
     ) -> CompactionResult:
+        with telemetry.compaction_span(session.id, strategy) as span:
+            fired, result, view = await self._compact_pass(session, trigger, strategy, seen)
+            telemetry.record_compaction(span, strategy, fired, result, view, _sent_tokens)
+            return result
+
+    async def _compact_pass(
+        self,
+        session: Session,
+        trigger: CompactionTrigger,
+        strategy: CompactionStrategy,
+        seen: tuple[int, Sequence[SessionEvent]] | None,
+    ) -> tuple[bool, CompactionResult, list[SessionEvent]]:
+        """One pass: (whether the trigger fired, the result, the view it started from)."""
         if seen is None:
             version = await self.store.version(session.id)
             view = await self.store.view(session.id)
@@ -413,13 +450,18 @@ class AsyncSessionService:
             version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
         if not await fires_async(trigger, request):
-            return CompactionResult.nothing(view)
+            return False, CompactionResult.nothing(view), view
         result = await run_pass_async(strategy, request)
         to_append = result.events_to_append(session.id)
         if not to_append:
-            return result
+            return True, result, view
         try:
             await self.store.append_events(session.id, to_append, version)
         except VersionConflict:
-            return result.as_conflict()
-        return result
+            return True, result.as_conflict(), view
+        return True, result, view
+
+
+def _sent_tokens(view: Sequence[SessionEvent]) -> int:
+    """The tokens of what `view` sends to a model (the default counter; for telemetry)."""
+    return event_tokens().total(sent_events(view))

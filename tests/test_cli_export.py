@@ -1,0 +1,302 @@
+"""`turnlog export` in every format, the JSONL round trip through `turnlog import`, the HTML page
+with hostile content, `--version`, `--format json`, and the progress line. Real SQLite files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from turnlog import Message, SessionService, SqliteStore, ToolCall, ToolResult, __version__
+from turnlog.cli import main
+from turnlog.cli_export import Progress
+from turnlog.models.anthropic_format import to_anthropic_messages
+from turnlog.models.openai_format import to_openai_messages
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DEMO = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary", "demo-files"]
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("demo") / "demo.db"
+    assert main(["--db", str(db), "demo"]) == 0
+    return db
+
+
+def stored(db, session_id):
+    with SessionService(SqliteStore(db)) as svc:
+        return svc.get(session_id), svc.events(session_id), svc.view(session_id)
+
+
+@pytest.mark.parametrize("session_id", DEMO)
+def test_jsonl_log_round_trips_through_import(session_id, demo_db, tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    code, _, err = run(capsys, "--db", demo_db, "export", session_id, "--log", "-o", out)
+    assert code == 0, err
+    other = tmp_path / "other.db"
+    code, text, err = run(capsys, "--db", other, "import", out)
+    assert code == 0, err
+    assert "(turnlog log)" in text
+    session, log, view = stored(demo_db, session_id)
+    session2, log2, view2 = stored(other, session_id)
+    assert session2 == session  # id, created_at, expires_at, metadata
+    assert log2 == log  # ids, seqs, types, times, messages, payloads: boundaries included
+    assert view2 == view
+    assert any(e.type.name == "COMPACTION" for e in log2)
+    # exporting the copy again gives the same bytes
+    again = tmp_path / "again.jsonl"
+    assert run(capsys, "--db", other, "export", session_id, "--log", "-o", again)[0] == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_jsonl_import_under_another_id_and_into_the_same_store(demo_db, tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "--log", "-o", out)[0] == 0
+    other = tmp_path / "other.db"
+    code, _, err = run(capsys, "--db", other, "import", out, "--session", "copy")
+    assert code == 0, err
+    _, log, view = stored(demo_db, "demo-summary")
+    _, log2, view2 = stored(other, "copy")
+    assert [(e.id, e.seq, e.message, e.payload) for e in log2] == [
+        (e.id, e.seq, e.message, e.payload) for e in log
+    ]
+    assert [e.id for e in view2] == [e.id for e in view]
+    # the same ids again in the same store: refused in one line, nothing left behind
+    code, _, err = run(capsys, "--db", other, "import", out, "--session", "copy2")
+    assert code == 2 and err.startswith("turnlog: error: ") and len(err.splitlines()) == 1
+    assert "delete the exported session first" in err
+    with SessionService(SqliteStore(other)) as svc:
+        assert svc.find("copy2") is None
+
+
+def test_a_truncated_or_damaged_jsonl_file_writes_nothing(demo_db, tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "--log", "-o", out)[0] == 0
+    lines = out.read_bytes().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(lines[:-1]))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join([*lines[:3], b'{"seq": 3, "id": "x"}\n', *lines[4:]]))
+    for path, words in ((cut, "truncated"), (bad, "line 4")):
+        other = tmp_path / f"{path.stem}.db"
+        code, _, err = run(capsys, "--db", other, "import", path)
+        assert code == 2, err
+        assert words in err and len(err.splitlines()) == 1
+        assert not other.exists()  # a bad file does not even create the database
+
+
+def test_jsonl_view_export_holds_the_view(demo_db, tmp_path, capsys):
+    code, out, err = run(capsys, "--db", demo_db, "export", "demo-summary")
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    _, _, view = stored(demo_db, "demo-summary")
+    assert rows[0]["scope"] == "view" and rows[0]["events"] == len(view)
+    assert [r["id"] for r in rows[1:]] == [e.id for e in view]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_provider_formats_are_the_messages_a_model_is_sent(fmt, demo_db, capsys):
+    code, out, err = run(capsys, "--db", demo_db, "export", "demo-files", "--format", fmt)
+    assert code == 0, err
+    with SessionService(SqliteStore(demo_db)) as svc:
+        messages = svc.view_messages("demo-files")
+        log = [e.message for e in svc.events("demo-files") if e.message is not None]
+    if fmt == "openai":
+        assert json.loads(out) == {"messages": to_openai_messages(messages)}
+    else:
+        system, turns = to_anthropic_messages(messages)
+        assert json.loads(out) == {"system": system, "messages": turns}
+    code, out, err = run(capsys, "--db", demo_db, "export", "demo-files", "--log", "--format", fmt)
+    assert code == 0, err
+    doc = json.loads(out)
+    if fmt == "openai":
+        assert doc == {"messages": to_openai_messages(log)}
+
+
+def test_an_openai_export_imports_back_as_the_same_messages(demo_db, tmp_path, capsys):
+    out = tmp_path / "req.json"
+    args = ("--db", demo_db, "export", "demo-files", "--format", "openai", "-o", out)
+    assert run(capsys, *args)[0] == 0
+    other = tmp_path / "o.db"
+    code, _, err = run(capsys, "--db", other, "import", out, "--session", "x")
+    assert code == 0, err
+    with SessionService(SqliteStore(demo_db)) as a, SessionService(SqliteStore(other)) as b:
+        assert to_openai_messages(b.view_messages("x")) == to_openai_messages(
+            a.view_messages("demo-files")
+        )
+
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+class Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+        self.attrs = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+
+
+def test_html_is_one_escaped_self_contained_page(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    sid = "bug<b>1</b>"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create(sid, metadata={"note": HOSTILE})
+        svc.append_message(sid, Message.system("sys " + HOSTILE))
+        svc.append_message(sid, Message.user(HOSTILE), metadata={"m": HOSTILE})
+        call = ToolCall("c<1>", "run" + HOSTILE, json.dumps({"q": HOSTILE}))
+        svc.append_message(sid, Message.assistant(tool_calls=[call]))
+        svc.append_message(sid, Message.tool(ToolResult("c<1>", call.name, HOSTILE, True)))
+        svc.append_message(sid, Message.assistant("done " + HOSTILE))
+        svc.hide(sid, [e.id for e in svc.view(sid)[1:3]])
+    out = tmp_path / "page.html"
+    code, _, err = run(capsys, "--db", db, "export", sid, "--log", "--format", "html", "-o", out)
+    assert code == 0, err
+    page = out.read_text(encoding="utf-8")
+    parser = Tags()
+    parser.feed(page)
+    assert "script" not in parser.tags and "img" not in parser.tags and "b" in parser.tags
+    assert not any(name.startswith("on") or name == "src" for name, _ in parser.attrs)
+    hrefs = [v for name, v in parser.attrs if name == "href"]
+    assert hrefs and all(v.startswith("#") for v in hrefs)  # in-page links only
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert "Content-Security-Policy" in page
+    assert page.count("&lt;script&gt;") >= 6  # shown as text everywhere
+    assert "bug&lt;b&gt;1&lt;/b&gt;" in page
+    assert "compaction #6: hide" in page  # the boundary card
+    assert "covered" in page and "(failed)" in page
+
+
+def test_export_errors_are_one_line(demo_db, tmp_path, capsys):
+    code, _, err = run(capsys, "--db", demo_db, "export", "nope")
+    assert code == 1 and "does not exist" in err and len(err.splitlines()) == 1
+    code, _, err = run(capsys, "--db", demo_db, "export", "demo-files", "-o", tmp_path)
+    assert code == 2 and "is a directory" in err
+    code, _, err = run(capsys, "--db", demo_db, "export", "demo-files", "--format", "xml")
+    assert code == 2
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_version(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"turnlog {__version__}"
+
+
+@pytest.mark.parametrize(
+    "argv", [["sessions"], ["show", "demo-summary"], ["show", "demo-summary", "--log"]]
+)
+def test_format_json_is_the_json_option(argv, demo_db, capsys):
+    code, a, _ = run(capsys, "--db", demo_db, *argv, "--format", "json")
+    assert code == 0
+    code, b, _ = run(capsys, "--db", demo_db, *argv, "--json")
+    assert code == 0
+    assert a == b and json.loads(a)
+    code, text, _ = run(capsys, "--db", demo_db, *argv, "--format", "text")
+    assert code == 0 and not text.startswith(("[", "{"))
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_shows_rate_and_eta_on_a_terminal_only():
+    term = Terminal()
+    with Progress("importing conversations", 2000, term) as p:
+        for _ in range(2000):
+            p.advance()
+    shown = term.getvalue()
+    assert re.search(r"importing conversations: 2,000/2,000 \(100%\), [\d,]+/s, ETA 0s", shown)
+    assert shown.endswith("\r\x1b[K")
+    assert Progress("x", 1000, Terminal()).line(10.0).endswith("0/1,000 (0%), 0/s, ETA 0s")
+    half = Progress("x", 1000, Terminal())
+    half.done = 500
+    assert half.line(100.0) == "x: 500/1,000 (50%), 5/s, ETA 1m40s"
+    pipe = io.StringIO()
+    with Progress("x", 5000, pipe) as p:
+        p.advance(5000)
+    assert pipe.getvalue() == ""  # not a terminal
+    small = Terminal()
+    with Progress("x", 10, small) as p:
+        p.advance(10)
+    assert small.getvalue() == ""  # too short to be worth a line
+
+
+def test_a_large_sharegpt_import_prints_no_progress_when_not_on_a_terminal(tmp_path, capsys):
+    records = [
+        {"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]}
+        for i in range(1200)
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    code, out, err = run(capsys, "--db", tmp_path / "b.db", "import", path)
+    assert code == 0 and err == ""
+    assert len(out.splitlines()) == 1200
+
+
+def test_progress_reaches_a_real_terminal(tmp_path):
+    # `turnlog import` of 1,200 ShareGPT conversations with stderr on a pseudo-terminal
+    pty = pytest.importorskip("pty")
+    records = [
+        {"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]}
+        for i in range(1200)
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "turnlog.cli", "--db", str(tmp_path / "p.db"), "import", path]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=follower, env=env, timeout=120)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if shown.endswith(b"\r\x1b[K") and b"1,200/1,200" in shown:
+            break
+    os.close(leader)
+    assert proc.returncode == 0
+    assert re.search(rb"importing conversations: 1,200/1,200 \(100%\), [\d,]+/s, ETA 0s", shown)
+    assert b"importing conversations" not in proc.stdout
+
+
+def test_html_tokens_per_message_and_for_the_view(demo_db, tmp_path, capsys):
+    from turnlog.cli_render import view_tokens
+    from turnlog.tokens import event_tokens
+
+    code, page, err = run(capsys, "--db", demo_db, "export", "demo-summary", "--format", "html")
+    assert code == 0, err
+    assert " tokens" not in page  # not counted unless asked
+    argv = ("--db", demo_db, "export", "demo-summary", "--log", "--format", "html", "--tokens")
+    code, page, err = run(capsys, *argv)
+    assert code == 0, err
+    _, log, view = stored(demo_db, "demo-summary")
+    assert f"messages sent to the model, {view_tokens(view):,} tokens." in page
+    first = next(e for e in log if e.message is not None)
+    count = event_tokens().counts([first])[0]
+    assert f'id="seq-{first.seq}"><div class="meta">' in page
+    section = page.split(f'id="seq-{first.seq}">', 1)[1].split("</article>", 1)[0]
+    assert f" · {count:,} tokens" in section
