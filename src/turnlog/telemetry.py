@@ -60,6 +60,7 @@ class _State:
     status: Any = None
     client: Any = None
     global_traces: bool = False
+    global_metrics: Any = None
     compactions: Any = None
     conflicts: Any = None
     tokens_saved: Any = None
@@ -94,6 +95,12 @@ def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     # With the global provider, a span is skipped at once while none is set: the API's own
     # proxy tracer makes a no-op span then, and checking its global costs less than making it.
     _State.global_traces = tracer_provider is None and hasattr(trace, "_TRACER_PROVIDER")
+    # The same for metrics: while no meter provider is set globally, a point is not recorded
+    # (the API's proxy instruments would drop it anyway, at a cost).
+    internal = getattr(metrics, "_internal", None)
+    _State.global_metrics = (
+        internal if meter_provider is None and hasattr(internal, "_METER_PROVIDER") else None
+    )
     _State.status = (Status, StatusCode)
     _State.tracer = trace.get_tracer(
         INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider
@@ -196,12 +203,19 @@ def span(
     return Span(opened, current)
 
 
+def _metering() -> bool:
+    """False while the global meter provider is unset (points would be dropped)."""
+    internal = _State.global_metrics
+    return internal is None or internal._METER_PROVIDER is not None
+
+
 def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
     """A view read's attributes and the view-size metric."""
     if not _State.loaded:
         _load()
-    if _State.view_size is not None:
-        _State.view_size.record(len(view))
+    size, internal = _State.view_size, _State.global_metrics  # _metering(), inlined: hot
+    if size is not None and (internal is None or internal._METER_PROVIDER is not None):
+        size.record(len(view))
     if s.recording:
         s.set("turnlog.view.events", len(view))
 
@@ -250,7 +264,7 @@ def record_compaction(
         _load()
     outcome = "conflict" if result.conflict else "unchanged" if result.unchanged else "compacted"
     name = str(getattr(strategy, "name", type(strategy).__name__))
-    if _State.compactions is not None:
+    if _State.compactions is not None and _metering():
         _State.compactions.add(1, {"turnlog.compaction.strategy": name, "outcome": outcome})
         if result.conflict:
             _State.conflicts.add(1, {"turnlog.compaction.strategy": name})
@@ -305,7 +319,7 @@ def record_response(s: Span, model: object, response: ChatResponse) -> None:
     common = {"gen_ai.operation.name": "chat", "gen_ai.response.model": response.model}
     if isinstance(provider, str):
         common["gen_ai.provider.name"] = provider
-    if _State.token_usage is not None:
+    if _State.token_usage is not None and _metering():
         for kind, n in (("input", usage.input_tokens), ("output", usage.output_tokens)):
             if n is not None:
                 _State.token_usage.record(n, {**common, "gen_ai.token.type": kind})
