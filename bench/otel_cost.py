@@ -17,7 +17,8 @@ or the view-size point) without any I/O: that per-operation cost divided by the 
 is the overhead, free of the store's noise.
 
 Target (issue 13): "API, no SDK" throughput within 3% of "no telemetry", for appends and view
-reads (median time per operation at most 1.03x).
+reads: the median time per operation at most 1.03x (the verdict column; the fastest block's ratio
+is printed beside it). The memory store's blocks are MEMORY_SCALE times longer.
 
     python bench/otel_cost.py [--quick]
 """
@@ -44,6 +45,9 @@ from turnlog.telemetry import _State  # noqa: E402
 
 APPENDS = 50
 READS = 50
+MEMORY_SCALE = 20
+"""The memory store's operations are 3-25 µs: its blocks are this many times longer, so that a
+block lasts milliseconds and the timer and the collector pass before it do not swamp it."""
 TARGET = 1.03
 _FIELDS = [k for k in vars(_State) if not k.startswith("__")]
 
@@ -69,7 +73,7 @@ def use(state: dict[str, Any]) -> None:
 
 
 def contenders(
-    svc: SessionService, states: dict[str, dict[str, Any]], seed: int
+    svc: SessionService, states: dict[str, dict[str, Any]], seed: int, scale: int
 ) -> dict[str, Block]:
     rng = random.Random(seed)
     svc.create("view")
@@ -82,36 +86,38 @@ def contenders(
         svc.append_message(f"append-{name}", Message.assistant("hi"))
     out: dict[str, Block] = {}
     for name, state in states.items():
-        out[f"append | {name}"] = _appends(svc, f"append-{name}", state)
-        out[f"view | {name}"] = _reads(svc, state)
+        out[f"append | {name}"] = _appends(svc, f"append-{name}", state, APPENDS * scale)
+        out[f"view | {name}"] = _reads(svc, state, READS * scale)
     return out
 
 
-def _appends(svc: SessionService, sid: str, state: dict[str, Any]) -> Block:
+def _appends(svc: SessionService, sid: str, state: dict[str, Any], appends: int) -> Block:
     def block() -> int:
         use(state)
-        for _ in range(APPENDS // 2):
+        for _ in range(appends // 2):
             svc.append_message(sid, Message.user("how is the deploy going?"))
             svc.append_message(sid, Message.assistant("rolling out, 3 of 8 pods done"))
-        return APPENDS
+        return appends
 
     return block
 
 
-def _reads(svc: SessionService, state: dict[str, Any]) -> Block:
+def _reads(svc: SessionService, state: dict[str, Any], reads: int) -> Block:
     def block() -> int:
         use(state)
-        for _ in range(READS):
+        for _ in range(reads):
             svc.view("view")
-        return READS
+        return reads
 
     return block
 
 
-def run(store_name: str, make: Callable[[Path], Any], rounds: int, seed: int) -> list[list[str]]:
+def run(
+    store_name: str, make: Callable[[Path], Any], rounds: int, seed: int, scale: int = 1
+) -> list[list[str]]:
     states = modes()
     with tempfile.TemporaryDirectory() as tmp, SessionService(make(Path(tmp))) as svc:
-        samples = interleave(contenders(svc, states, seed), rounds, seed)
+        samples = interleave(contenders(svc, states, seed, scale), rounds, seed)
     use(states["API, no SDK"])
     rows = []
     for op in ("append", "view"):
@@ -131,7 +137,7 @@ def run(store_name: str, make: Callable[[Path], Any], rounds: int, seed: int) ->
                     f"{best:.3f}",
                     f"{hook * 1e6:.2f}",
                     f"{100 * hook / min(base.per_op):.2f}%",
-                    verdict(best <= TARGET and ratio <= TARGET) if name == "API, no SDK" else "",
+                    verdict(ratio <= TARGET) if name == "API, no SDK" else "",
                 ]
             )
     return rows
@@ -162,9 +168,12 @@ def main() -> None:
     args = parse_args(__doc__)
     rounds = 10 if args.quick else 150
     print(machine())
-    print(f"{rounds} rounds; blocks of {APPENDS} appends / {READS} view reads\n")
+    print(
+        f"{rounds} rounds; blocks of {APPENDS} appends / {READS} view reads "
+        f"({MEMORY_SCALE}x as many on the memory store)\n"
+    )
     rows = run("sqlite", lambda d: SqliteStore(d / "b.db"), rounds, args.seed)
-    rows += run("memory", lambda d: MemoryStore(), rounds, args.seed)
+    rows += run("memory", lambda d: MemoryStore(), rounds, args.seed, MEMORY_SCALE)
     headers = [
         "workload",
         "telemetry",

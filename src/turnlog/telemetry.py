@@ -210,14 +210,15 @@ def _metering() -> bool:
 
 
 def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
-    """A view read's attributes and the view-size metric."""
-    if not _State.loaded:
-        _load()
-    size, internal = _State.view_size, _State.global_metrics  # _metering(), inlined: hot
+    """A view read's attributes and the view-size metric (after `span()`, which loaded the API).
+
+    On the path of every view read, so written for speed: `_metering()` and `Span.set` inlined.
+    """
+    size, internal = _State.view_size, _State.global_metrics
     if size is not None and (internal is None or internal._METER_PROVIDER is not None):
         size.record(len(view))
-    if s.recording:
-        s.set("turnlog.view.events", len(view))
+    if s._span is not None:
+        s._span.set_attribute("turnlog.view.events", len(view))
 
 
 def compaction_span(session_id: str, strategy: CompactionStrategy) -> Span:
