@@ -669,7 +669,7 @@ def test_readme_quick_start_is_exactly_two_commands():
     lines = [line for block in commands for line in block.strip().splitlines()]
     assert lines == [
         "pip install . && turnlog demo",
-        "pip install -e '.[dev]' && python -m pytest",
+        "sh scripts/install-test-deps.sh && pip install -e '.[dev]' && python -m pytest",
     ]
 
 
