@@ -39,6 +39,7 @@ __all__ = [
     "capture_content",
     "compaction_span",
     "configure",
+    "idle",
     "model_span",
     "record_compaction",
     "record_response",
@@ -207,6 +208,18 @@ def _metering() -> bool:
     """False while the global meter provider is unset (points would be dropped)."""
     internal = _State.global_metrics
     return internal is None or internal._METER_PROVIDER is not None
+
+
+def idle() -> bool:
+    """True when no span would record and no metric point would be kept, so a hot path (a view
+    read) can skip its hooks altogether: the API is absent, or its global providers are unset."""
+    tracer = _State.tracer if _State.loaded else _load()
+    if tracer is None:
+        return True
+    if not _State.global_traces or _State.trace._TRACER_PROVIDER is not None:
+        return False
+    internal = _State.global_metrics
+    return internal is not None and internal._METER_PROVIDER is None
 
 
 def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
