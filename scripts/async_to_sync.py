@@ -48,6 +48,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/stores/redis/core_async.py", "src/turnlog/stores/redis/core.py"),
     ("src/turnlog/stores/redis/store_async.py", "src/turnlog/stores/redis/store.py"),
     ("src/turnlog/stores/redis/cluster_async.py", "src/turnlog/stores/redis/cluster.py"),
+    ("src/turnlog/models/calls_async.py", "src/turnlog/models/calls.py"),
     ("src/turnlog/models/openai_async.py", "src/turnlog/models/openai.py"),
     ("src/turnlog/models/anthropic_async.py", "src/turnlog/models/anthropic.py"),
     ("src/turnlog/chat_async.py", "src/turnlog/chat.py"),

@@ -15,7 +15,6 @@ import anthropic
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.models._errors import model_error
 from turnlog.models.anthropic_format import (
     AnthropicStream,
     anthropic_tools,
@@ -23,7 +22,8 @@ from turnlog.models.anthropic_format import (
     to_anthropic_cached,
     to_anthropic_messages,
 )
-from turnlog.models.base import ChatResponse, StreamEvent, reply_json
+from turnlog.models.base import ChatResponse, StreamEvent
+from turnlog.models.calls import call_model, stream_model
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = ["AnthropicChatModel"]
@@ -154,11 +154,12 @@ class AnthropicChatModel:
             ModelError: the provider failed the call (see `ModelError`).
         """
         request = self._request(messages, tools)
-        try:
-            reply = self.client.messages.create(**request)
-            return response_from_anthropic(reply_json(reply))
-        except Exception as exc:  # every failure of the client or the reply: one error
-            raise model_error(PROVIDER, self.model, exc) from exc
+        return call_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.messages.create(**request),
+            response_from_anthropic,
+        )
 
     def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
@@ -170,22 +171,12 @@ class AnthropicChatModel:
                 event of the stream included).
         """
         request = self._request(messages, tools)
-        state = AnthropicStream()
-        try:
-            events = self.client.messages.create(**request, stream=True)
-        except Exception as exc:
-            raise model_error(PROVIDER, self.model, exc) from exc
-        try:
-            for event in events:
-                text = state.feed(reply_json(event))
-                if text:
-                    yield text
-            response = state.response()
-        except Exception as exc:  # a lost connection or a malformed event mid-stream
-            raise model_error(PROVIDER, self.model, exc) from exc
-        finally:
-            events.close()
-        yield response
+        return stream_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.messages.create(**request, stream=True),
+            AnthropicStream(),
+        )
 
     def complete(self, messages: Sequence[Message]) -> Message:
         """The reply's assistant message: `ChatModelSummarizer` calls this.

@@ -15,8 +15,8 @@ import openai
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.models._errors import model_error
-from turnlog.models.base import ChatResponse, StreamEvent, reply_json
+from turnlog.models.base import ChatResponse, StreamEvent
+from turnlog.models.calls_async import call_model, stream_model
 from turnlog.models.openai_format import (
     OpenAIStream,
     openai_tools,
@@ -126,13 +126,14 @@ class AsyncOpenAIChatModel:
             ModelError: the provider failed the call (see `ModelError`).
         """
         request = self._request(messages, tools)
-        try:
-            reply = await self.client.chat.completions.create(**request)
-            return response_from_openai(reply_json(reply))
-        except Exception as exc:  # every failure of the client or the reply: one error
-            raise model_error(PROVIDER, self.model, exc) from exc
+        return await call_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.chat.completions.create(**request),
+            response_from_openai,
+        )
 
-    async def stream(
+    def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolReference] | None = None
     ) -> AsyncIterator[StreamEvent]:
         """The reply as it arrives: text deltas (`str`), then the `ChatResponse` last.
@@ -143,24 +144,14 @@ class AsyncOpenAIChatModel:
             ModelError: the provider failed the call, before or while streaming.
         """
         request = self._request(messages, tools)
-        state = OpenAIStream()
-        try:
-            chunks = await self.client.chat.completions.create(
+        return stream_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.chat.completions.create(
                 **request, stream=True, stream_options={"include_usage": True}
-            )
-        except Exception as exc:
-            raise model_error(PROVIDER, self.model, exc) from exc
-        try:
-            async for chunk in chunks:
-                text = state.feed(reply_json(chunk))
-                if text:
-                    yield text
-            response = state.response()
-        except Exception as exc:  # a lost connection or a malformed chunk mid-stream
-            raise model_error(PROVIDER, self.model, exc) from exc
-        finally:
-            await chunks.close()
-        yield response
+            ),
+            OpenAIStream(),
+        )
 
     async def complete(self, messages: Sequence[Message]) -> Message:
         """The reply's assistant message: `ChatModelSummarizer` calls this.
