@@ -14,9 +14,9 @@ from turnlog.compaction.base import SummaryRequest
 from turnlog.compaction.files import (
     DEFAULT_FILE_OPERATIONS,
     FilesTouched,
+    covered_files,
     files_metadata,
     files_section,
-    prior_files,
 )
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT, FilesFunction
 from turnlog.errors import InvalidInput
@@ -206,15 +206,7 @@ class ExtractiveSummarizer:
         return turns, entries
 
     def _files(self, request: SummaryRequest) -> FilesTouched:
-        if self.file_operations is None:
-            return FilesTouched()
-        found = self.file_operations(request.covered)
-        if not isinstance(found, FilesTouched):
-            raise InvalidInput(
-                f"file_operations returned {describe(found)}, not a FilesTouched; nothing was "
-                "written"
-            )
-        return prior_files(request.prior_summary).merged(found)
+        return covered_files(self.file_operations, request.covered, request.prior_summary)
 
     def _line(self, text: str) -> str:
         return _clip(_SPACE.sub(" ", text).strip(), self.entry_chars)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Final, NamedTuple
 
@@ -291,6 +291,27 @@ def prior_files(prior_summary: Iterable[SessionEvent]) -> FilesTouched:
                 if isinstance(found, list):
                     paths.update(p for p in found if isinstance(p, str) and p)
     return _touched(read, modified)
+
+
+def covered_files(
+    file_operations: Callable[[Sequence[SessionEvent]], object] | None,
+    covered: Sequence[SessionEvent],
+    prior_summary: Iterable[SessionEvent],
+) -> FilesTouched:
+    """What a summarizer lists: the files `covered` read and modified (by `file_operations`),
+    merged with those recorded on the prior summary; none without `file_operations`.
+
+    Raises:
+        InvalidInput: `file_operations` returned something else than a `FilesTouched`.
+    """
+    if file_operations is None:
+        return FilesTouched()
+    found = file_operations(covered)
+    if not isinstance(found, FilesTouched):
+        raise InvalidInput(
+            f"file_operations returned {describe(found)}, not a FilesTouched; nothing was written"
+        )
+    return prior_files(prior_summary).merged(found)
 
 
 def files_metadata(files: FilesTouched) -> dict[str, JsonValue]:

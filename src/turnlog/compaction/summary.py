@@ -12,9 +12,9 @@ from turnlog.compaction.base import SummaryRequest
 from turnlog.compaction.files import (
     DEFAULT_FILE_OPERATIONS,
     FilesTouched,
+    covered_files,
     files_metadata,
     files_section,
-    prior_files,
 )
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent
@@ -182,15 +182,7 @@ class ChatModelSummarizer:
         Raises:
             InvalidInput: `file_operations` returned something else than a `FilesTouched`.
         """
-        if self.file_operations is None:
-            return FilesTouched()
-        found = self.file_operations(request.covered)
-        if not isinstance(found, FilesTouched):
-            raise InvalidInput(
-                f"file_operations returned {describe(found)}, not a FilesTouched; nothing was "
-                "written"
-            )
-        return prior_files(request.prior_summary).merged(found)
+        return covered_files(self.file_operations, request.covered, request.prior_summary)
 
     def prompt(self, request: SummaryRequest) -> list[Message]:
         """The messages sent to the model for `request`: the system prompt and one user message.
