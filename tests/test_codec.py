@@ -13,6 +13,7 @@ from turnlog import (
     InvalidInput,
     Message,
     SessionEvent,
+    TokenCount,
     ToolCall,
     ToolResult,
 )
@@ -190,3 +191,56 @@ def test_a_damaged_row_is_corrupt_data(body, type_name, micros, why):
         CorruptData, match=rf"seq 7 \('e'\) of session 'sx' cannot be read: .*{why}"
     ):
         _row(body, type_name=type_name, micros=micros)
+
+
+TOKEN_FIXTURES = json.loads(
+    (Path(__file__).parent / "fixtures" / "bodies_v1_tokens.json").read_text("utf-8")
+)
+
+
+def _decode_tokens_fixture(name):
+    row = TOKEN_FIXTURES[name]
+    return decode_event(
+        event_id=name,
+        session_id="s",
+        seq=1,
+        type_name=row["type"],
+        timestamp_micros=1_700_000_000_000_000,
+        synthetic=row["synthetic"],
+        body=row["body"].encode(),
+    )
+
+
+def test_a_stored_token_count_reads_back_with_its_counter():
+    user = _decode_tokens_fixture("counted_user")
+    assert user.message == Message.user("What's the weather in Oslo?")
+    assert user.tokens == TokenCount("o200k_base toktok-rs/0.3.0", 9)
+    tool = _decode_tokens_fixture("counted_tool")
+    assert tool.tokens == TokenCount("chars/1", 27)
+    assert tool.metadata == {"k": 1}
+    for name in TOKEN_FIXTURES:
+        event = _decode_tokens_fixture(name)
+        assert encode_body(event).decode() == TOKEN_FIXTURES[name]["body"]
+
+
+def test_bodies_without_a_count_read_as_uncounted_and_are_written_without_one():
+    for name, row in FIXTURES.items():
+        event = _decode(name)
+        assert event.tokens is None
+        assert b'"tokens"' not in encode_body(event), name
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    ['["c", -1]', '["", 3]', '["c"]', '"c"', '["c", 1.5]', '["c", true]'],
+)
+def test_a_damaged_token_count_is_corrupt_data(tokens):
+    body = '{"v":1,"message":{"role":"user","text":"hi"},"tokens":' + tokens + "}"
+    with pytest.raises(CorruptData):
+        _row(body.encode())
+
+
+def test_a_count_on_a_non_message_body_is_corrupt_data():
+    body = b'{"v":1,"payload":{"a":1},"tokens":["c",3]}'
+    with pytest.raises(CorruptData):
+        _row(body, type_name="ACME.AUDIT")

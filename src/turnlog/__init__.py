@@ -34,7 +34,15 @@ from turnlog.errors import (
     TurnlogError,
     VersionConflict,
 )
-from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult
+from turnlog.events import (
+    EventType,
+    Message,
+    Session,
+    SessionEvent,
+    TokenCount,
+    ToolCall,
+    ToolResult,
+)
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores import (
@@ -126,6 +134,7 @@ __all__ = [
     "StoreError",
     "SummaryRequest",
     "TiktokenCounter",
+    "TokenCount",
     "TokenCountTrigger",
     "TokenCounter",
     "ToolCall",

@@ -348,12 +348,20 @@ def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
         version = migrate(url, **options)
         print(f"PostgreSQL schema is at version {version}")
-        return 0
-    store = where.open()  # opening creates or checks the schema
-    name = type(store).__name__
-    store.close()
-    print(f"{name}: schema is current" if kind not in ("redis", "redis+cluster", "memory")
-          else f"{name}: keeps no schema, nothing to do")  # fmt: skip
+    else:
+        store = where.open()  # opening creates or checks the schema
+        name = type(store).__name__
+        store.close()
+        print(f"{name}: schema is current" if kind not in ("redis", "redis+cluster", "memory")
+              else f"{name}: keeps no schema, nothing to do")  # fmt: skip
+    if args.tokens:
+        with SessionService(where.open()) as tokens_svc:
+            counted = sessions = 0
+            for session in tokens_svc.sessions():
+                counted += tokens_svc.record_tokens(session.id)
+                sessions += 1
+        print(f"token counts stored for {counted} event{'' if counted == 1 else 's'} "
+              f"in {sessions} session{'' if sessions == 1 else 's'}")  # fmt: skip
     return 0
 
 
@@ -380,7 +388,7 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
      "turnlog expire"),
     ("migrate", _cmd_migrate, "create or upgrade a store's schema (PostgreSQL, SQLite)",
      "turnlog migrate --store postgresql://app@db.internal:5432/chat\n"
-     "  turnlog migrate --store sqlite:///var/lib/app/turnlog.db"),
+     "  turnlog migrate --store sqlite:///var/lib/app/turnlog.db --tokens"),
 ]  # fmt: skip
 
 _DETAILS = {
@@ -404,6 +412,11 @@ _DETAILS = {
     "chat": CHAT_DETAILS,
     "serve": SERVE_DETAILS,
     "export": EXPORT_DETAILS,
+    "migrate": "--tokens also stores the o200k token count of every message event that has "
+    "none (a database written before counts were stored at append): compaction and triggers "
+    "then read the counts instead of tokenizing the whole history in every new process. Only "
+    "the counts are written; every event keeps its seq, time and content. Safe to run again "
+    "and while the application runs.",
     "compact": "One window is required. Without --if-turns or --if-tokens it always runs; with "
     "both it runs when either fires. Nothing is written when the view already fits.",
 }
@@ -461,6 +474,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     for name in ("show", "compact", "delete"):
         commands[name].add_argument("session", help="the session id")
+    commands["migrate"].add_argument(
+        "--tokens",
+        action="store_true",
+        help="also store the token counts of events appended without one (a backfill)",
+    )
     for name in ("sessions", "show"):
         commands[name].add_argument(
             "--format",

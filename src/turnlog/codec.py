@@ -11,6 +11,10 @@ A tool call is `[id, name, arguments]`; a tool result `[call_id, name, content]`
 `[call_id, name, content, true]` for a failed call (`ToolResult.is_error`, added within format 1:
 bodies without it read as before, and a result that did not fail is still written without it).
 
+A message event counted at append also carries `"tokens": [counter, count]` (`SessionEvent.tokens`,
+added within format 1 like `is_error`: bodies without it read as before, with no count, and a
+reader that predates it ignores it).
+
 Format 1 is the only one so far. Bodies written by every released format stay readable: their
 fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 """
@@ -31,6 +35,7 @@ from turnlog.events import (
     Message,
     Session,
     SessionEvent,
+    TokenCount,
     ToolCall,
     ToolResult,
 )
@@ -85,11 +90,17 @@ class _OutMessage(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
+class _Tokens(msgspec.Struct, array_like=True):
+    counter: str
+    count: int
+
+
 class _Body(msgspec.Struct, omit_defaults=True):
     v: int
     message: _Message | None = None
     payload: Any = None
     metadata: dict[str, Any] = {}
+    tokens: _Tokens | None = None
 
 
 class _OutBody(msgspec.Struct, omit_defaults=True):
@@ -97,6 +108,7 @@ class _OutBody(msgspec.Struct, omit_defaults=True):
     message: _OutMessage | None = None
     payload: Any = None
     metadata: dict[str, Any] = {}
+    tokens: _Tokens | None = None
 
 
 class _IdsMessage(msgspec.Struct):
@@ -157,11 +169,13 @@ def encode_body(event: SessionEvent) -> bytes:
             ],
             metadata=dict(m.metadata),
         )
+    counted = event.tokens
     body = _OutBody(
         v=FORMAT_VERSION,
         message=message,
         payload=event.payload,
         metadata=dict(event.metadata),
+        tokens=None if counted is None else _Tokens(counted.counter, counted.count),
     )
     return _encoder.encode(body)
 
@@ -261,6 +275,16 @@ def event_from_row(
         _set_synthetic(event, bool(synthetic))
         _set_seq(event, seq)
         _set_timestamp(event, _EPOCH + _timedelta(0, 0, timestamp_micros))
+        counted = decoded.tokens
+        if counted is None:
+            _set_tokens(event, None)
+        else:
+            if message is None or counted.count < 0 or not counted.counter:
+                raise ValueError(f"a bad token count {[counted.counter, counted.count]!r}")
+            tokens = _new(TokenCount)
+            _set_tokens_counter(tokens, counted.counter)
+            _set_tokens_count(tokens, counted.count)
+            _set_tokens(event, tokens)
         return event
     except (
         msgspec.DecodeError,
@@ -389,6 +413,9 @@ _set_event_metadata: Final = _setter(SessionEvent, "metadata")
 _set_synthetic: Final = _setter(SessionEvent, "synthetic")
 _set_seq: Final = _setter(SessionEvent, "seq")
 _set_timestamp: Final = _setter(SessionEvent, "timestamp")
+_set_tokens: Final = _setter(SessionEvent, "tokens")
+_set_tokens_counter: Final = _setter(TokenCount, "counter")
+_set_tokens_count: Final = _setter(TokenCount, "count")
 _set_role: Final = _setter(Message, "role")
 _set_text: Final = _setter(Message, "text")
 _set_tool_calls: Final = _setter(Message, "tool_calls")

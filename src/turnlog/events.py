@@ -26,6 +26,7 @@ __all__ = [
     "Role",
     "Session",
     "SessionEvent",
+    "TokenCount",
     "ToolCall",
     "ToolResult",
     "check_id",
@@ -323,6 +324,37 @@ EventType.MESSAGE = EventType("MESSAGE")
 EventType.COMPACTION = EventType("COMPACTION")
 
 
+MAX_COUNTER_NAME: Final = 255
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A message event's token count, as one named counter measured it.
+
+    Stored with the event (`SessionEvent.tokens`) so that compaction and triggers read it
+    instead of tokenizing the event again. A count is only used by the counter that made it:
+    `counter` names the encoding and the version of the code that counted (for example
+    `"o200k_base toktok-rs/0.3.0"`), and a counter with another name counts afresh.
+
+    Not to be confused with the token usage a provider reports for a whole request, which the
+    turn runner keeps in the assistant event's metadata (`turnlog.usage`).
+    """
+
+    counter: str
+    """The identity of the counter that counted (`TokenCounter.identity`)."""
+    count: int
+    """The tokens of the event's `event_text`, by that counter."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.counter, str) or not 0 < len(self.counter) <= MAX_COUNTER_NAME:
+            raise InvalidInput(
+                f"a token count's counter must be a name of 1-{MAX_COUNTER_NAME} characters, "
+                f"got {self.counter!r}"
+            )
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise InvalidInput(f"a token count must be an integer >= 0, got {self.count!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class SessionEvent:
     """One entry of a session's log. Build it with `for_message` or `for_payload`."""
@@ -345,6 +377,9 @@ class SessionEvent:
     """1-based position in the session's log, assigned by the store; None before it is stored."""
     timestamp: datetime | None = None
     """When it was stored (UTC), assigned by the store unless the caller gave one."""
+    tokens: TokenCount | None = field(default=None, compare=False, repr=False)
+    """The message's token count, recorded at append by the service's counter (None when not
+    counted yet, and for non-message events). Derived data: it takes no part in equality."""
 
     def __post_init__(self) -> None:
         check_id(self.id, "event id")
@@ -363,6 +398,13 @@ class SessionEvent:
                 object.__setattr__(self, "payload", plain_json(self.payload))
         if self.synthetic and self.type != EventType.MESSAGE:
             raise InvalidInput("only message events can be synthetic")
+        if self.tokens is not None:
+            if not isinstance(self.tokens, TokenCount):
+                raise InvalidInput(
+                    f"tokens must be a TokenCount or None, got {type(self.tokens).__name__}"
+                )
+            if self.type != EventType.MESSAGE:
+                raise InvalidInput("only message events carry a token count")
         object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))
         if self.timestamp is not None:
             object.__setattr__(
@@ -414,6 +456,23 @@ class SessionEvent:
             timestamp=timestamp,
         )
 
+    def with_tokens(self, tokens: TokenCount | None) -> SessionEvent:
+        """A copy of this event carrying `tokens` (the event is otherwise the same).
+
+        Raises:
+            InvalidInput: `tokens` is not a TokenCount, or this is not a message event.
+        """
+        if tokens is not None:
+            if not isinstance(tokens, TokenCount):
+                raise InvalidInput(f"tokens must be a TokenCount, got {type(tokens).__name__}")
+            if self.message is None:
+                raise InvalidInput("only message events carry a token count")
+        copy = object.__new__(SessionEvent)
+        for name in _EVENT_FIELD_NAMES:
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "tokens", tokens)
+        return copy
+
     @property
     def is_message(self) -> bool:
         """True for a MESSAGE event."""
@@ -428,6 +487,9 @@ class SessionEvent:
     def starts_turn(self) -> bool:
         """True for a non-synthetic user message: the start of a turn."""
         return not self.synthetic and self.message is not None and self.message.role == "user"
+
+
+_EVENT_FIELD_NAMES: Final = tuple(SessionEvent.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)

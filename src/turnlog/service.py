@@ -24,7 +24,7 @@ from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, 
 from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol import SessionStore
-from turnlog.tokens import event_tokens
+from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 
 __all__ = ["SessionService"]
 
@@ -39,15 +39,46 @@ class SessionService:
         store: where sessions live; None opens `SqliteStore("turnlog.db")` in the working
             directory.
         clock: the time used for `created_at`, `ttl` and `delete_expired()`.
+        token_counter: counts each message event's tokens at append, stored with the event
+            (`SessionEvent.tokens`) so that compaction and triggers using the same counter never
+            tokenize it again; the default o200k counter when None (loaded on the first
+            count). A counter without an `identity` is not recorded.
+        record_tokens: False appends events without counting them (they are counted when
+            first measured, as before counts were stored).
+
+    Raises:
+        InvalidInput: `token_counter` has no `count(text)` method.
     """
 
-    def __init__(self, store: SessionStore | None = None, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        *,
+        clock: Clock = utc_now,
+        token_counter: TokenCounter | None = None,
+        record_tokens: bool = True,
+    ) -> None:
+        if token_counter is not None and not callable(getattr(token_counter, "count", None)):
+            raise InvalidInput(
+                f"token_counter must have a count(text) method, got {describe(token_counter)}"
+            )
         if store is None:
             from turnlog.stores.sqlite import SqliteStore
 
             store = SqliteStore("turnlog.db")
         self.store = store
         self._clock = clock
+        self._counter = token_counter
+        self._record_tokens = bool(record_tokens)
+        self._tokens: EventTokens | None = None
+
+    def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
+        """`events` with each message's token count, as they are appended."""
+        if not self._record_tokens:
+            return list(events)
+        if self._tokens is None:
+            self._tokens = event_tokens(self._counter)
+        return self._tokens.counted(events)
 
     def close(self) -> None:
         """Close the store (and so its connections or pool)."""
@@ -197,6 +228,7 @@ class SessionService:
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
         event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
+        (event,) = self._counted((event,))
         with telemetry.span("turnlog.append", session_id) as span:
             stored = self.store.append_event(event, check_rules=check_rules)
             if span.recording:
@@ -210,6 +242,8 @@ class SessionService:
         Raises:
             InvalidInput: as `append_message`.
         """
+        if isinstance(event, SessionEvent):
+            (event,) = self._counted((event,))
         with telemetry.span("turnlog.append", event.session_id) as span:
             stored = self.store.append_event(event, check_rules=check_rules)
             if span.recording:
@@ -235,6 +269,12 @@ class SessionService:
             InvalidInput: a bad batch, or events that break a view rule (`check_rules=False`
                 stores them anyway, see `append_message`); nothing was written.
         """
+        if (
+            isinstance(events, Sequence)
+            and not isinstance(events, (str, bytes))
+            and all(isinstance(e, SessionEvent) for e in events)
+        ):
+            events = self._counted(events)  # a batch the store would refuse is left to it
         with telemetry.span("turnlog.append", session_id) as span:
             version = self.store.append_events(
                 session_id, events, expected_version, check_rules=check_rules
@@ -244,6 +284,39 @@ class SessionService:
                 span.set("turnlog.append.expected_version", expected_version)
                 span.set("turnlog.session.version", version)
             return version
+
+    def record_tokens(self, session_id: str) -> int:
+        """Count and store the tokens of the session's message events that carry no count of
+        this service's counter (a backfill of a log written before counts were stored, or by
+        another counter). The events are otherwise unchanged; the version stays.
+
+        Returns:
+            How many events were counted and stored.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: the service's counter has no `identity`, so its counts are never
+                stored (or `record_tokens=False` was given).
+        """
+        if not self._record_tokens:
+            raise InvalidInput("this service was made with record_tokens=False")
+        if self._tokens is None:
+            self._tokens = event_tokens(self._counter)
+        if self._tokens.identity is None:
+            raise InvalidInput(
+                f"the counter {describe(self._tokens.counter)} has no identity, so its counts "
+                "are not stored: give it an `identity` string naming its encoding and version"
+            )
+        stored = self.store.events(session_id)
+        counted = self._tokens.counted(stored)
+        fresh = {
+            after.id: after.tokens
+            for before, after in zip(stored, counted, strict=True)
+            if after is not before and after.tokens is not None
+        }
+        if not fresh:
+            return 0
+        return self.store.record_tokens(session_id, fresh)
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's log."""
@@ -452,7 +525,7 @@ class SessionService:
         if not fires(trigger, request):
             return False, CompactionResult.nothing(view), view
         result = run_pass(strategy, request)
-        to_append = result.events_to_append(session.id)
+        to_append = self._counted(result.events_to_append(session.id))
         if not to_append:
             return True, result, view
         try:

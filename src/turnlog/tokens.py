@@ -11,10 +11,10 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from turnlog.events import SessionEvent
+from turnlog.events import SessionEvent, TokenCount
 from turnlog.text import event_text
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "O200kCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "counter_identity",
     "default_counter",
     "event_tokens",
 ]
@@ -31,15 +32,29 @@ __all__ = [
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """Anything with `count(text) -> int`."""
+    """Anything with `count(text) -> int`.
+
+    A counter may also have an `identity` attribute: a string naming its encoding and the
+    version of the code that counts (`"o200k_base toktok-rs/0.3.0"`). The counts of a counter
+    with an identity are stored with the events at append and read back instead of tokenizing
+    again; a counter without one is never trusted with a stored count.
+    """
 
     def count(self, text: str) -> int:
         """The number of tokens in `text`."""
         ...
 
 
+def counter_identity(counter: object) -> str | None:
+    """The `identity` of `counter`: a non-empty string, or None when it names none."""
+    identity = getattr(counter, "identity", None)
+    return identity if isinstance(identity, str) and identity else None
+
+
 class CharCounter:
     """One token per character: predictable counts for tests and worked examples."""
+
+    identity = "chars/1"
 
     def count(self, text: str) -> int:
         return len(text)
@@ -51,6 +66,8 @@ class CharCounter:
 class ByteEstimateCounter:
     """ceil(utf-8 bytes / 4): a rough estimate that needs nothing."""
 
+    identity = "utf8-bytes-div-4/1"
+
     def count(self, text: str) -> int:
         return -(-len(text.encode("utf-8")) // 4)
 
@@ -61,21 +78,40 @@ class ByteEstimateCounter:
 class O200kCounter:
     """Exact o200k_base counts (GPT-4o, GPT-4.1, o-series, GPT-5), offline, via `toktok-rs`.
 
+    Making one imports the extension (about 3 ms); its vocabulary, compiled into it (nothing is
+    downloaded), is built on the first count (about 0.6 s, once per process) and then shared.
+
     Raises:
         ImportError: when `toktok-rs` is not installed.
     """
 
     def __init__(self) -> None:
-        import toktok  # the vocabulary is compiled into the extension: nothing is downloaded
+        import toktok
 
-        self._batch_count = toktok.batch_count
+        self._toktok = toktok
+        self._count: Any = None
+        self.identity = f"o200k_base toktok-rs/{getattr(toktok, '__version__', 'unknown')}"
+
+    def _load(self) -> Any:
+        # toktok's one public function spreads a batch over threads, which costs ~15-30 us a
+        # call; its tokenizer object counts one text in ~1 us. Both give the same counts
+        # (special-token strings count as plain text in both).
+        encoding = getattr(self._toktok, "_encoding", None)
+        if encoding is None:
+            batch = self._toktok.batch_count
+            self._count = lambda text: batch((text,), "o200k_base", 1)[0]
+        else:
+            self._count = encoding("o200k_base").count
+        return self._count
 
     def count(self, text: str) -> int:
-        return int(self._batch_count((text,), "o200k_base", 1)[0])
+        count = self._count or self._load()
+        return int(count(text))
 
     def count_many(self, texts: list[str]) -> list[int]:
-        """Counts for many texts in one call (faster than one call per text)."""
-        return [int(n) for n in self._batch_count(texts, "o200k_base", 1)]
+        """Counts for many texts (one thread: it is faster than spreading small texts)."""
+        count = self._count or self._load()
+        return [int(count(t)) for t in texts]
 
     def __repr__(self) -> str:
         return "O200kCounter()"
@@ -98,6 +134,7 @@ class TiktokenCounter:
                 "TiktokenCounter needs tiktoken: pip install 'turnlog[tiktoken]'"
             ) from exc
         self._encoding: Any = tiktoken.get_encoding(encoding)
+        self.identity = f"{encoding} tiktoken/{getattr(tiktoken, '__version__', 'unknown')}"
 
     def count(self, text: str) -> int:
         return len(self._encoding.encode(text, disallowed_special=()))
@@ -139,22 +176,35 @@ def _key(event: SessionEvent) -> _Key | None:
 
 
 class EventTokens:
-    """Per-event token counts for one counter, computed once and cached.
+    """Per-event token counts for one counter, computed once.
 
-    Stored events never change and an event id names one event, so the count of a stored event
-    (one with a seq and a timestamp) is cached by session, id, seq, timestamp and text size.
-    Events not stored yet are counted every time. The cache is bounded (least recently used
-    entries go first) and thread-safe.
+    A count stored with the event (`SessionEvent.tokens`, recorded at append) is used when this
+    counter made it (same `identity`); nothing is tokenized then. Otherwise the count of a
+    stored event (one with a seq and a timestamp) is cached by session, id, seq, timestamp and
+    text size, since stored events never change and an event id names one event. Events not
+    stored yet are counted every time. The cache is bounded (least recently used entries go
+    first) and thread-safe.
     """
 
     def __init__(self, counter: TokenCounter, maxsize: int = 200_000) -> None:
         self.counter = counter
+        self.identity = counter_identity(counter)
         self._maxsize = maxsize
         self._cache: OrderedDict[_Key, int] = OrderedDict()
         self._lock = threading.Lock()
 
+    def stored(self, event: SessionEvent) -> int | None:
+        """The count stored with `event` when this counter made it, else None."""
+        tokens = event.tokens
+        if tokens is not None and tokens.counter == self.identity:
+            return tokens.count
+        return None
+
     def of(self, event: SessionEvent) -> int:
         """The tokens of one event's `event_text`."""
+        tokens = event.tokens
+        if tokens is not None and tokens.counter == self.identity:
+            return tokens.count
         key = _key(event)
         if key is None:
             return self.counter.count(event_text(event))
@@ -170,20 +220,28 @@ class EventTokens:
     def counts(self, events: Iterable[SessionEvent]) -> list[int]:
         """The tokens of each event, in order; uncached ones are counted in one batch."""
         events = list(events)
+        identity = self.identity
         out: list[int | None] = [None] * len(events)
+        unknown: list[int] = []
+        for i, event in enumerate(events):
+            tokens = event.tokens
+            if tokens is not None and tokens.counter == identity:
+                out[i] = tokens.count
+            else:
+                unknown.append(i)
+        if not unknown:
+            return out  # type: ignore[return-value]  # every slot is filled
         missing: list[int] = []
         with self._lock:
-            for i, event in enumerate(events):
-                key = _key(event)
+            for i in unknown:
+                key = _key(events[i])
                 hit = None if key is None else self._cache.get(key)
                 if hit is None:
                     missing.append(i)
                 else:
                     out[i] = hit
         if missing:
-            texts = [event_text(events[i]) for i in missing]
-            many = getattr(self.counter, "count_many", None)
-            fresh = many(texts) if many is not None else [self.counter.count(t) for t in texts]
+            fresh = self._count_texts([event_text(events[i]) for i in missing])
             for i, n in zip(missing, fresh, strict=True):
                 out[i] = n
                 key = _key(events[i])
@@ -195,11 +253,43 @@ class EventTokens:
         """The tokens of all `events`."""
         return sum(self.counts(events))
 
+    def counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
+        """`events`, each message event carrying this counter's count (what an append stores).
+
+        Events that carry this counter's count already are kept as they are, so nothing is
+        tokenized for them; other events are returned unchanged. A counter without an
+        `identity` counts nothing here: its counts are never stored.
+        """
+        identity = self.identity
+        if identity is None:
+            return list(events)
+        todo = [
+            i
+            for i, e in enumerate(events)
+            if e.message is not None and (e.tokens is None or e.tokens.counter != identity)
+        ]
+        if not todo:
+            return list(events)
+        out = list(events)
+        fresh = self._count_texts([event_text(events[i]) for i in todo])
+        for i, n in zip(todo, fresh, strict=True):
+            out[i] = events[i].with_tokens(_token_count(identity, n))
+        return out
+
+    def _count_texts(self, texts: list[str]) -> list[int]:
+        many = getattr(self.counter, "count_many", None)
+        return list(many(texts)) if many is not None else [self.counter.count(t) for t in texts]
+
     def _remember(self, key: _Key, n: int) -> None:
         with self._lock:
             self._cache[key] = n
             if len(self._cache) > self._maxsize:
                 self._cache.popitem(last=False)
+
+
+def _token_count(counter: str, count: int) -> TokenCount:
+    """A `TokenCount` of a count the counter returned; a bad count is refused."""
+    return TokenCount(counter, count)
 
 
 _caches: weakref.WeakKeyDictionary[Any, EventTokens] = weakref.WeakKeyDictionary()

@@ -11,7 +11,15 @@ from typing import overload
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
-from turnlog.events import EventType, Role, Session, SessionEvent, check_id, check_json
+from turnlog.events import (
+    EventType,
+    Role,
+    Session,
+    SessionEvent,
+    TokenCount,
+    check_id,
+    check_json,
+)
 from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "check_retry",
     "check_rules_at",
     "check_session",
+    "check_token_counts",
     "check_version",
     "metadata_matches",
     "stamped",
@@ -161,6 +170,26 @@ def stamped(event: SessionEvent, seq: int, timestamp: datetime) -> SessionEvent:
     object.__setattr__(copy, "seq", seq)
     object.__setattr__(copy, "timestamp", timestamp)
     return copy
+
+
+def check_token_counts(counts: Mapping[str, TokenCount]) -> dict[str, TokenCount]:
+    """The counts `record_tokens` was given, checked: event ids to `TokenCount`s.
+
+    Raises:
+        InvalidInput: not a mapping, or a key or value of the wrong kind.
+    """
+    if not isinstance(counts, Mapping):
+        raise InvalidInput(f"counts must map event ids to TokenCount, got {type(counts).__name__}")
+    checked: dict[str, TokenCount] = {}
+    for event_id, count in counts.items():
+        if not isinstance(event_id, str):
+            raise InvalidInput(f"an event id must be a string, got {type(event_id).__name__}")
+        if not isinstance(count, TokenCount):
+            raise InvalidInput(
+                f"the count of event {event_id!r} must be a TokenCount, got {type(count).__name__}"
+            )
+        checked[event_id] = count
+    return checked
 
 
 def check_batch(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
-from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.rules import EMPTY_TAIL as EMPTY
 from turnlog.rules import check_append, needs_tail, tail_of_events
 from turnlog.stores.base import (
@@ -24,6 +24,7 @@ from turnlog.stores.base import (
     check_metadata_query,
     check_range,
     check_session,
+    check_token_counts,
     stamped,
     utc_now,
 )
@@ -193,6 +194,21 @@ class MemoryStore:
         with self._lock:
             log = list(self._log(session_id).events)
         return apply_filter(log, flt)
+
+    def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        counts = check_token_counts(counts)
+        with self._lock:
+            log = self._log(session_id)
+            written = 0
+            for seq0, event in enumerate(log.events):
+                count = counts.get(event.id)
+                if count is None or event.message is None:
+                    continue
+                counted = event.with_tokens(count)
+                log.events[seq0] = counted
+                log.by_id[event.id] = counted
+                written += 1
+            return written
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         after, limit = check_range(after, limit)

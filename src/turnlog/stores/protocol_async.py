@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from turnlog.events import Session, SessionEvent
+from turnlog.events import Session, SessionEvent, TokenCount
 from turnlog.stores.base import EventFilter
 
 __all__ = ["AsyncSessionStore"]
@@ -101,6 +101,22 @@ class AsyncSessionStore(Protocol):
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         """The active view, in view order; reads only what it returns (and the newest boundary)."""
+        ...
+
+    async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        """Store token counts for message events already in the log (a backfill of events
+        appended before counts were recorded, or counted by another counter).
+
+        Only the counts change: every event keeps its seq, timestamp and content, and the
+        version stays. Ids that are not message events of this session are skipped.
+
+        Returns:
+            How many events now carry the given count.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: a value of `counts` is not a `TokenCount`.
+        """
         ...
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from itertools import starmap
@@ -37,7 +37,7 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.rules import (
     EMPTY_TAIL,
     STARTED,
@@ -60,6 +60,7 @@ from turnlog.stores.base import (
     check_metadata_query,
     check_range,
     check_session,
+    check_token_counts,
     metadata_matches,
     stamped,
     utc_now,
@@ -649,6 +650,25 @@ class SqliteStore:
                     (session_id,),
                 ).fetchall()
         return apply_filter(_events(rows), flt)
+
+    def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        check_id(session_id, "session id")
+        counts = check_token_counts(counts)
+        written = 0
+        with self._write() as conn:
+            self._check_session(conn, session_id)
+            rows = self._by_ids(conn, session_id, list(counts))
+            for row in rows:
+                event = _event(row)
+                if event.message is None:
+                    continue
+                body = encode_body(event.with_tokens(counts[event.id]))
+                conn.execute(
+                    "UPDATE turnlog_events SET body = ? WHERE session_id = ? AND seq = ?",
+                    (body, session_id, event.seq),
+                )
+                written += 1
+        return written
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         check_id(session_id, "session id")

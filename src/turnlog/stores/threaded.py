@@ -9,13 +9,13 @@ direction the twins are not generated in (see docs/async.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
 from turnlog.errors import StoreError
-from turnlog.events import Session, SessionEvent
+from turnlog.events import Session, SessionEvent, TokenCount
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 
@@ -138,3 +138,6 @@ class ThreadedAsyncStore:
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         return await self._run((await self._sync()).view, session_id)
+
+    async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        return await self._run((await self._sync()).record_tokens, session_id, counts)

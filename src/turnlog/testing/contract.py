@@ -29,6 +29,7 @@ from turnlog.testing.contract_atomicity import AtomicityContract
 from turnlog.testing.contract_races import RaceContract
 from turnlog.testing.contract_regressions import RegressionContract
 from turnlog.testing.contract_stand_ins import StandInContract
+from turnlog.testing.contract_tokens import TokenCountContract
 from turnlog.testing.contract_validation import ValidationContract
 from turnlog.testing.contract_view_rules import ViewRuleContract
 
@@ -42,6 +43,7 @@ class StoreContract(
     ViewRuleContract,
     RegressionContract,
     StandInContract,
+    TokenCountContract,
     ContractBase,
 ):
     """The contract suite. Subclasses implement `make_store`."""

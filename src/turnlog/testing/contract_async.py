@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from turnlog.events import Session, SessionEvent
+from turnlog.events import Session, SessionEvent, TokenCount
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.protocol_async import AsyncSessionStore
@@ -117,6 +117,9 @@ class _Blocking:
 
     def view(self, session_id: str) -> list[SessionEvent]:
         return self._loop.run(self.async_store.view(session_id))
+
+    def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        return self._loop.run(self.async_store.record_tokens(session_id, counts))
 
     def close(self) -> None:
         self._loop.run(self.async_store.close())

@@ -74,6 +74,7 @@ class Queries:
     events_of_types: str
     events_after: str
     event_by_id: str
+    set_body: str
     view: str
     tail: str
     stored_ids: str
@@ -164,6 +165,11 @@ class Queries:
             ),
             event_by_id=q(
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
+            ),
+            # record_tokens: a body written again with its token count (nothing else changes)
+            set_body=q(
+                "UPDATE {s}.events SET body = %s::bytea WHERE session_id = %s AND seq = %s "
+                "AND id = %s"
             ),
             # The end of a log, newest first, for the view rules: whether the session exists,
             # then a page of events (a range of the primary key, read backwards).

@@ -17,7 +17,7 @@ before the connection goes back to the pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
@@ -35,7 +35,7 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.rules import Tail, check_append, needs_tail
 from turnlog.stores.base import (
     Clock,
@@ -51,6 +51,7 @@ from turnlog.stores.base import (
     check_range,
     check_rules_at,
     check_session,
+    check_token_counts,
     utc_now,
 )
 from turnlog.stores.postgres.connections import Conn, Connections, Pool
@@ -510,6 +511,29 @@ class PostgresStore:
         if rows[0][0] is None:
             return []
         return events_of(session_id, rows)
+
+    def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        check_id(session_id, "session id")
+        counts = check_token_counts(counts)
+        written = 0
+        what = "recording token counts of session"
+        with self._conn(what, session_id) as conn, conn.transaction():
+            found = conn.execute(self._q.version, {"sid": session_id}).fetchone()
+            if found is None:
+                raise SessionNotFound(session_id)
+            for event_id, count in counts.items():
+                row = conn.execute(
+                    self._q.event_by_id, (session_id, event_id), binary=True
+                ).fetchone()
+                if row is None:
+                    continue
+                event = event_of(session_id, row)
+                if event.message is None:
+                    continue
+                body = encode_body(event.with_tokens(count))
+                conn.execute(self._q.set_body, (body, session_id, event.seq, event.id))
+                written += 1
+        return written
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")

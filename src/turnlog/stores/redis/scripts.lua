@@ -313,3 +313,18 @@ for seq = hi, math.max(1, hi - tonumber(ARGV[1]) + 1), -1 do
     out[#out + 1] = redis.call('HGET', KEYS[1], tostring(seq))
 end
 return out
+
+--! set_bodies
+-- record_tokens: KEYS[1] the session hash; ARGV: seq, the record as read, the record to write,
+-- repeated. A record is written only where it is still the one read (records never change
+-- otherwise, so this skips only a session deleted, or deleted and created again, meanwhile).
+-- Returns false (no session) | how many records were written.
+if not redis.call('HGET', KEYS[1], 'inc') then return false end
+local n = 0
+for i = 1, #ARGV, 3 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    n = n + 1
+  end
+end
+return n

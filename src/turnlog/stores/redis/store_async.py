@@ -24,12 +24,19 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
-from turnlog.codec import dump_json, from_micros, message_ids, message_role, to_micros
+from turnlog.codec import (
+    dump_json,
+    encode_body,
+    from_micros,
+    message_ids,
+    message_role,
+    to_micros,
+)
 from turnlog.errors import (
     InvalidInput,
     SessionAlreadyExists,
@@ -37,7 +44,7 @@ from turnlog.errors import (
     StoreError,
     VersionConflict,
 )
-from turnlog.events import Session, SessionEvent, check_id
+from turnlog.events import Session, SessionEvent, TokenCount, check_id
 from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 from turnlog.stores.base import (
     EventFilter,
@@ -50,6 +57,7 @@ from turnlog.stores.base import (
     check_range,
     check_retry,
     check_session,
+    check_token_counts,
     metadata_matches,
     utc_now,
 )
@@ -595,6 +603,39 @@ class AsyncRedisStore(AsyncRedisCore):
             return None
         seq = int(ref[1:])
         return decode_record(session_id, seq, (await self._log(session_id, seq, seq))[0])
+
+    @guarded
+    async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
+        check_id(session_id, "session id")
+        counts = check_token_counts(counts)
+        key = self._keys.session(session_id)[0]
+        ids = list(counts)
+        if not ids:
+            if await self._client.hget(key, "inc") is None:
+                raise SessionNotFound(session_id)
+            return 0
+        refs = await self._client.hmget(key, ["#" + i for i in ids])
+        messages = [
+            (event_id, int(ref[1:]))
+            for event_id, ref in zip(ids, refs, strict=True)
+            if ref and ref[:1] == b"M"
+        ]
+        records = (
+            await self._client.hmget(key, [str(seq) for _, seq in messages]) if messages else []
+        )
+        args: list[Any] = []
+        for (event_id, seq), record in zip(messages, records, strict=True):
+            if record is None:
+                continue
+            event = decode_record(session_id, seq, record)
+            if event.message is None:
+                continue
+            head = record.partition(b"\n")[0]
+            args += (seq, record, head + b"\n" + encode_body(event.with_tokens(counts[event_id])))
+        written = await self._run("set_bodies", [key], args)
+        if written is None:
+            raise SessionNotFound(session_id)
+        return int(written)
 
     @guarded
     async def version(self, session_id: str) -> int:
