@@ -224,7 +224,7 @@ def test_a_stored_token_count_reads_back_with_its_counter():
 
 
 def test_bodies_without_a_count_read_as_uncounted_and_are_written_without_one():
-    for name, row in FIXTURES.items():
+    for name in FIXTURES:
         event = _decode(name)
         assert event.tokens is None
         assert b'"tokens"' not in encode_body(event), name
