@@ -467,10 +467,10 @@ class SessionEvent:
                 raise InvalidInput(f"tokens must be a TokenCount, got {type(tokens).__name__}")
             if self.message is None:
                 raise InvalidInput("only message events carry a token count")
-        copy = object.__new__(SessionEvent)
-        for name in _EVENT_FIELD_NAMES:
-            object.__setattr__(copy, name, getattr(self, name))
-        object.__setattr__(copy, "tokens", tokens)
+        copy = _new_event(SessionEvent)
+        for get, put in _EVENT_SLOTS:
+            put(copy, get(self))
+        _put_tokens(copy, tokens)
         return copy
 
     @property
@@ -489,7 +489,15 @@ class SessionEvent:
         return not self.synthetic and self.message is not None and self.message.role == "user"
 
 
-_EVENT_FIELD_NAMES: Final = tuple(SessionEvent.__dataclass_fields__)
+# An event's fields as (get, set) pairs of their slot descriptors: a copy in about 1 us, where
+# getattr / object.__setattr__ per field take 4-5.
+_EVENT_SLOTS: Final = tuple(
+    (SessionEvent.__dict__[name].__get__, SessionEvent.__dict__[name].__set__)
+    for name in SessionEvent.__dataclass_fields__
+    if name != "tokens"
+)
+_put_tokens: Final = SessionEvent.__dict__["tokens"].__set__
+_new_event: Final = object.__new__
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,16 @@ from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.running import fires, run_pass
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
-from turnlog.events import JsonValue, Message, Session, SessionEvent, check_id, new_id
+from turnlog.events import (
+    EventType,
+    JsonValue,
+    Message,
+    Session,
+    SessionEvent,
+    TokenCount,
+    check_id,
+    new_id,
+)
 from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol import SessionStore
@@ -71,6 +80,14 @@ class SessionService:
         self._counter = token_counter
         self._record_tokens = bool(record_tokens)
         self._tokens: EventTokens | None = None
+
+    def _message_tokens(self, message: Message) -> TokenCount | None:
+        """The count an event holding `message` is appended with."""
+        if not self._record_tokens:
+            return None
+        if self._tokens is None:
+            self._tokens = event_tokens(self._counter)
+        return self._tokens.of_message(message)
 
     def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
         """`events` with each message's token count, as they are appended."""
@@ -227,8 +244,14 @@ class SessionService:
         """
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
-        event = SessionEvent.for_message(session_id, message, event_id=event_id, metadata=metadata)
-        (event,) = self._counted((event,))
+        event = SessionEvent(
+            id=new_id() if event_id is None else event_id,
+            session_id=session_id,
+            type=EventType.MESSAGE,
+            message=message,
+            metadata={} if metadata is None else metadata,
+            tokens=self._message_tokens(message),
+        )
         with telemetry.span("turnlog.append", session_id) as span:
             stored = self.store.append_event(event, check_rules=check_rules)
             if span.recording:

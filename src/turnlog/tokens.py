@@ -14,8 +14,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from turnlog.events import SessionEvent, TokenCount
-from turnlog.text import event_text
+from turnlog.events import Message, SessionEvent, TokenCount
+from turnlog.text import event_text, message_text
 
 __all__ = [
     "ByteEstimateCounter",
@@ -273,8 +273,16 @@ class EventTokens:
         out = list(events)
         fresh = self._count_texts([event_text(events[i]) for i in todo])
         for i, n in zip(todo, fresh, strict=True):
-            out[i] = events[i].with_tokens(_token_count(identity, n))
+            out[i] = events[i].with_tokens(TokenCount(identity, n))
         return out
+
+    def of_message(self, message: Message) -> TokenCount | None:
+        """The count an append stores for an event holding `message`; None when this counter
+        has no `identity` (its counts are never stored)."""
+        identity = self.identity
+        if identity is None:
+            return None
+        return TokenCount(identity, self.counter.count(message_text(message)))
 
     def _count_texts(self, texts: list[str]) -> list[int]:
         many = getattr(self.counter, "count_many", None)
@@ -285,11 +293,6 @@ class EventTokens:
             self._cache[key] = n
             if len(self._cache) > self._maxsize:
                 self._cache.popitem(last=False)
-
-
-def _token_count(counter: str, count: int) -> TokenCount:
-    """A `TokenCount` of a count the counter returned; a bad count is refused."""
-    return TokenCount(counter, count)
 
 
 _caches: weakref.WeakKeyDictionary[Any, EventTokens] = weakref.WeakKeyDictionary()
