@@ -22,7 +22,10 @@ fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -49,6 +52,7 @@ __all__ = [
     "encode_body",
     "event_from_row",
     "from_micros",
+    "gc_paused",
     "load_json",
     "message_ids",
     "message_role",
@@ -298,6 +302,35 @@ def event_from_row(
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
+
+
+_pause_lock: Final = threading.Lock()
+_pause = {"depth": 0, "enabled": False}
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while a whole log is decoded.
+
+    Building 10,000 events allocates some 30,000 tracked objects, and the collector would
+    traverse every live object of the process again and again meanwhile: in a process with a
+    large heap that can cost more than the decoding itself. The records built hold no cycles,
+    so nothing is lost by waiting; collection resumes as before when the outermost pause ends
+    (threads pausing at once share one pause). A collector disabled by the application stays
+    disabled.
+    """
+    with _pause_lock:
+        if _pause["depth"] == 0:
+            _pause["enabled"] = gc.isenabled()
+            gc.disable()
+        _pause["depth"] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pause["depth"] -= 1
+            if _pause["depth"] == 0 and _pause["enabled"]:
+                gc.enable()
 
 
 def _message(wire: _Message) -> Message:

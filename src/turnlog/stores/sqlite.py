@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from itertools import starmap
@@ -24,6 +24,7 @@ from turnlog.codec import (
     dump_json,
     encode_body,
     event_from_row,
+    gc_paused,
     message_ids,
     to_micros,
 )
@@ -97,6 +98,7 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 
 _COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
+_PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 _MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
 _NEGLIGIBLE_WAIT: Final = 0.001  # seconds of waiting for the in-process lock left uncounted
 _VERSION: Final = (
@@ -841,9 +843,12 @@ def _event(row: Any) -> SessionEvent:
     return event_from_row(*row)
 
 
-def _events(rows: Iterable[Any]) -> list[SessionEvent]:
+def _events(rows: list[Any]) -> list[SessionEvent]:
     """The events of rows of `_COLUMNS` (whose order is `event_from_row`'s)."""
-    return list(starmap(event_from_row, rows))
+    if len(rows) < _PAUSE_AT:
+        return list(starmap(event_from_row, rows))
+    with gc_paused():
+        return list(starmap(event_from_row, rows))
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

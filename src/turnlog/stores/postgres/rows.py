@@ -6,11 +6,18 @@ Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 
-from turnlog.codec import decode_session, dump_jsonb, encode_body, event_from_row, to_micros
+from turnlog.codec import (
+    decode_session,
+    dump_jsonb,
+    encode_body,
+    event_from_row,
+    gc_paused,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Session, SessionEvent, check_id
@@ -27,6 +34,8 @@ __all__ = [
     "session_params",
     "where",
 ]
+
+_PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 
 
 class Batch:
@@ -152,7 +161,11 @@ def events_of(session_id: str, rows: Iterable[Any]) -> list[SessionEvent]:
     Raises:
         CorruptData: a row turnlog cannot read.
     """
-    return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
+    rows = rows if isinstance(rows, list) else list(rows)
+    if len(rows) < _PAUSE_AT:
+        return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
+    with gc_paused():
+        return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
 
 
 def first_line(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from turnlog.codec import decode_session, encode_body, event_from_row, to_micros
+from turnlog.codec import decode_session, encode_body, event_from_row, gc_paused, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
@@ -276,10 +276,11 @@ def messages_of(session_id: str, first: int, records: Sequence[bytes | None]) ->
         CorruptData: a record is missing or damaged.
     """
     out = []
-    for seq, record in enumerate(records, start=first):
-        head, body = split_record(session_id, seq, record)
-        if head[1] == "MESSAGE":
-            out.append(event_of(session_id, seq, head, body))
+    with gc_paused():  # a never-compacted view can be the whole log
+        for seq, record in enumerate(records, start=first):
+            head, body = split_record(session_id, seq, record)
+            if head[1] == "MESSAGE":
+                out.append(event_of(session_id, seq, head, body))
     return out
 
 

@@ -35,6 +35,7 @@ from turnlog.codec import (
     dump_json,
     encode_body,
     from_micros,
+    gc_paused,
     message_ids,
     message_role,
     to_micros,
@@ -546,10 +547,12 @@ class RedisStore(RedisCore):
             return apply_filter(self.view(session_id), flt)
         names = None if flt.event_types is None else {t.name for t in flt.event_types}
         out = []
-        for seq, record in enumerate(self._log(session_id, 1), start=1):
-            head, body = split_record(session_id, seq, record)
-            if names is None or head[1] in names:
-                out.append(event_of(session_id, seq, head, body))
+        records = self._log(session_id, 1)
+        with gc_paused():
+            for seq, record in enumerate(records, start=1):
+                head, body = split_record(session_id, seq, record)
+                if names is None or head[1] in names:
+                    out.append(event_of(session_id, seq, head, body))
         return apply_filter(out, flt)
 
     @guarded

@@ -33,6 +33,7 @@ from turnlog.codec import (
     dump_json,
     encode_body,
     from_micros,
+    gc_paused,
     message_ids,
     message_role,
     to_micros,
@@ -548,10 +549,12 @@ class AsyncRedisStore(AsyncRedisCore):
             return apply_filter(await self.view(session_id), flt)
         names = None if flt.event_types is None else {t.name for t in flt.event_types}
         out = []
-        for seq, record in enumerate(await self._log(session_id, 1), start=1):
-            head, body = split_record(session_id, seq, record)
-            if names is None or head[1] in names:
-                out.append(event_of(session_id, seq, head, body))
+        records = await self._log(session_id, 1)
+        with gc_paused():
+            for seq, record in enumerate(records, start=1):
+                head, body = split_record(session_id, seq, record)
+                if names is None or head[1] in names:
+                    out.append(event_of(session_id, seq, head, body))
         return apply_filter(out, flt)
 
     @guarded
