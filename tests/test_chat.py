@@ -11,6 +11,8 @@ from turnlog import (
     CompactionWindow,
     EventType,
     Message,
+    O200kCounter,
+    TokenCount,
     TokenCountTrigger,
     ToolCall,
     TurnCountTrigger,
@@ -20,6 +22,7 @@ from turnlog.compaction import ChatModelSummarizer, ExtractiveSummarizer
 from turnlog.compaction.reported import USAGE_KEY, prompt_digest
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
 from turnlog.models.base import CACHE_BREAKPOINT_KEY, Usage
+from turnlog.text import event_text
 from turnlog.turns import ChatTurn, ToolRun
 
 
@@ -85,6 +88,11 @@ def test_a_text_turn_stores_system_user_and_reply_with_the_providers_counts(harn
     assert usage["prompt"] == prompt_digest(harness.service.events("s1")[:2])
     assert turn.usage == Usage(102, 7, 40)
     assert [e.id for e in turn.events] == [e.id for e in harness.service.events("s1")]
+    # the reply's own count (stored at append, by the service's counter) is kept apart from
+    # the provider's report for the whole request
+    counter = O200kCounter()
+    assert reply.tokens == TokenCount(counter.identity, counter.count(event_text(reply)))
+    assert reply.tokens.count not in (usage["input_tokens"], usage["output_tokens"])
 
 
 def test_the_system_prompt_is_appended_only_when_it_changed(harness):
