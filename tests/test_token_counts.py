@@ -195,3 +195,24 @@ def test_a_token_count_is_checked():
     audit = SessionEvent.for_payload("s", EventType.of("ACME.AUDIT"), {"a": 1})
     with pytest.raises(InvalidInput):
         audit.with_tokens(TokenCount("c/1", 1))
+
+
+def test_load_builds_the_vocabulary_once(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import toktok
+        from turnlog import O200kCounter
+        counter = O200kCounter()
+        before = len(toktok._CACHE)
+        counter.load()
+        O200kCounter().load()
+        print(before, len(toktok._CACHE), counter.count("hello world, how many tokens?"))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1", "7"]
