@@ -176,7 +176,9 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             if content:
                 conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(name UNINDEXED, "
                              f"{columns}, tokenize = '{TOKENIZER}')")  # fmt: skip
-                values = [(i + 1, t.name, *r) for i, (t, r) in enumerate(zip(tools, rows))]
+                values = [
+                    (i + 1, t.name, *r) for i, (t, r) in enumerate(zip(tools, rows, strict=False))
+                ]
                 sql = f"INSERT INTO {table} (rowid, name, {columns}) VALUES (?, ?, ?, ?, ?)"
             else:
                 conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({columns}, "

@@ -18,9 +18,9 @@ from turnlog.toolsearch import (
     RegexToolIndex,
     ToolReference,
     ToolSearch,
+    words,
 )
 from turnlog.toolsearch import bm25 as bm25_module
-from turnlog.toolsearch import words
 
 WEATHER = ToolReference(
     "get_weather",
@@ -78,7 +78,9 @@ def test_equal_tools_have_equal_digests_and_different_tools_differ():
         ToolReference("b", "x", a.parameters),
         ToolReference("a", "y", a.parameters),
         ToolReference("a", "x", {"type": "object", "properties": {"p": {"type": "number"}}}),
-        ToolReference("a", "x", {"type": "object", "properties": {"p": {"type": "string"}}, "x": 1}),
+        ToolReference(
+            "a", "x", {"type": "object", "properties": {"p": {"type": "string"}}, "x": 1}
+        ),
         ToolReference("a", "x", {"default": True}),
         ToolReference("a", "x", {"default": 1}),
         ToolReference("a", "x", None),
@@ -166,10 +168,10 @@ def tables(index):
 
 def test_scores_do_not_depend_on_the_other_sessions():
     alone, crowded = Bm25ToolIndex(), Bm25ToolIndex()
-    mine = tool_set(0) + [ToolReference("weather_now", "report the weather")]
+    mine = [*tool_set(0), ToolReference("weather_now", "report the weather")]
     alone.index_tools("me", mine)
     for i in range(1, 60):
-        crowded.index_tools(f"o{i}", tool_set(i) + [ToolReference("w", "weather weather")])
+        crowded.index_tools(f"o{i}", [*tool_set(i), ToolReference("w", "weather weather")])
     crowded.index_tools("me", mine)
     for query in ("weather report", "report kind", "number 3"):
         assert crowded.search("me", query) == alone.search("me", query)
@@ -178,7 +180,7 @@ def test_scores_do_not_depend_on_the_other_sessions():
 def test_a_released_set_leaves_nothing_behind_in_its_reused_table():
     index = Bm25ToolIndex()
     for i in range(40):
-        index.index_tools("s", tool_set(i) + [ToolReference(f"only_{i}", "unique marker")])
+        index.index_tools("s", [*tool_set(i), ToolReference(f"only_{i}", "unique marker")])
         hits = index.search("s", "unique marker report", max_results=25)
         assert {h.name for h in hits} == {f"only_{i}", *(t.name for t in tool_set(i))}
     assert tables(index) <= 1 + bm25_module.SPARE_TABLES

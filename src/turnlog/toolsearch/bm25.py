@@ -186,8 +186,7 @@ class Bm25ToolIndex:
             if spare is None:
                 conn.execute(_create(table))
             conn.executemany(
-                f"INSERT INTO {table} (rowid, name_words, description, params)"
-                " VALUES (?, ?, ?, ?)",
+                f"INSERT INTO {table} (rowid, name_words, description, params) VALUES (?, ?, ?, ?)",
                 [(i + 1, *row) for i, row in enumerate(rows)],
             )
             conn.execute("COMMIT")
@@ -242,9 +241,7 @@ class Bm25ToolIndex:
             if held is None or not held[1]:
                 return []
             table, tool_names = held
-            rows = conn.execute(
-                _search_sql(table), (*self._weights, expression, limit)
-            ).fetchall()
+            rows = conn.execute(_search_sql(table), (*self._weights, expression, limit)).fetchall()
         return [ToolHit(tool_names[rowid - 1], -float(rank)) for rowid, rank in rows]
 
     def clear(self, session_id: str) -> None:

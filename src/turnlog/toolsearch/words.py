@@ -208,7 +208,7 @@ def tool_digest(tool: ToolReference) -> bytes:
     try:
         # Version 2: no back-references and no interning flags, so equal content built alike
         # gives the same bytes.
-        data = b"m" + marshal.dumps(triple, 2)
+        data = b"m" + marshal.dumps(triple, 2)  # type: ignore[arg-type]
     except ValueError:  # a Mapping that is not a dict, an enum, something not JSON...
         data = b"j" + _json_bytes(tool)
         digest = hashlib.sha256(data).digest()
