@@ -326,3 +326,16 @@ def test_a_session_prepared_again_while_doomed_stays():
         search.prepare("a", TOOLS)  # a accessed again: the bound names b now
     assert index.size("a") == 3 and index.size("b") == 0
     assert search.sessions() == 1
+
+
+def test_a_search_of_a_session_not_prepared_says_so_in_the_log(caplog):
+    search = ToolSearch(eviction=LruEvictionStrategy(1))
+    search.prepare("a", TOOLS)
+    search.prepare("b", TOOLS)  # a is released
+    with caplog.at_level("WARNING", logger="turnlog.toolsearch"):
+        assert search.run_search("a", "weather").names == []
+        assert search.run_search("b", "weather").names == ["get_weather"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "tool search in session 'a', which is not prepared (never, or released since): "
+        "nothing found; call prepare first, and see ToolSearch.prepared"
+    ]
