@@ -76,7 +76,8 @@ class ToolSearch:
     them again. Without a service, discoveries are kept in memory and dropped with the
     session's index.
 
-    Thread-safe.
+    Thread-safe, and safe across tasks: a session in use (a call running on it, or a `prepared`
+    block) is never released; when the eviction strategy names it, it goes when its use ends.
 
     Args:
         index: where tools are indexed; a new `Bm25ToolIndex` by default.
