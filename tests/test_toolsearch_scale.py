@@ -339,3 +339,68 @@ def test_a_search_of_a_session_not_prepared_says_so_in_the_log(caplog):
         "tool search in session 'a', which is not prepared (never, or released since): "
         "nothing found; call prepare first, and see ToolSearch.prepared"
     ]
+
+
+class Blocking(Counting):
+    """Indexing session "slow" waits until told to go on."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def index_tools(self, session_id, tools):
+        if session_id == "slow":
+            self.entered.set()
+            assert self.go.wait(10)
+        super().index_tools(session_id, tools)
+
+
+def test_indexing_one_session_does_not_stop_the_others():
+    index = Blocking()
+    search = ToolSearch(index)
+    search.prepare("b", TOOLS)
+    slow = threading.Thread(target=search.prepare, args=("slow", TOOLS))
+    slow.start()
+    assert index.entered.wait(10)
+    done = []
+
+    def others():
+        search.prepare("b", TOOLS)
+        search.prepare("c", [STOCK])
+        done.append(search.run_search("b", "weather").names + search.run_search("c", "stock").names)
+
+    other = threading.Thread(target=others)
+    other.start()
+    other.join(5)
+    try:
+        assert done == [["get_weather", "stock_quote"]]
+        assert search.run_search("slow", "weather").names == []  # not indexed yet
+    finally:
+        index.go.set()
+        slow.join()
+    assert search.run_search("slow", "weather").names == ["get_weather"]
+
+
+def test_concurrent_prepares_of_one_session_leave_it_consistent():
+    index = Bm25ToolIndex()
+    search = ToolSearch(index)
+    variants = [TOOLS, [WEATHER], [EMAIL, STOCK], fresh(TOOLS)]
+    start = threading.Barrier(8)
+
+    def run(t):
+        start.wait()
+        for n in range(150):
+            search.prepare("s", variants[(t + n) % 4])
+            names = search.run_search("s", "weather email stock", max_results=5).names
+            assert set(names) <= {"get_weather", "send_email", "stock_quote"}
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    last = search._snapshots["s"]
+    assert index.size("s") == len(last)
+    assert set(search._toolsets.get("s")) == {t.name for t in last}
+    expected = {t.name for t in last}
+    assert set(search.run_search("s", "weather email stock").names) == expected

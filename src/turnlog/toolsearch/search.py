@@ -127,6 +127,8 @@ class ToolSearch:
         # eviction strategy names while it is in use is released when the last one ends.
         self._holds: dict[str, int] = {}
         self._doomed: set[str] = set()
+        # Per session being indexed: orders its prepares, as the index works outside the lock.
+        self._gates: dict[str, threading.Lock] = {}
 
     @property
     def index(self) -> ToolIndex:
@@ -217,35 +219,46 @@ class ToolSearch:
         with self._lock:
             current = True
             for other in self._eviction.on_access(session_id):
-                if other == session_id:
+                if other == session_id:  # AlwaysEvict: re-indexed below, in the gate
                     current = False
-                    self._index.clear(other)
                     self._toolsets.detach(other)
                     self._snapshots.pop(other, None)
                 else:
                     self._release_or_defer(other)
             # Accessed again: the strategy tracks the session again, so it stays.
             self._doomed.discard(session_id)
-            if hold:
-                self._holds[session_id] = self._holds.get(session_id, 0) + 1
-            try:
-                if current and same and self._snapshots.get(session_id) is last:
-                    return False
-                if checked is None:  # released or re-prepared since the read
-                    checked = check_tools(snapshot)
-                    key = tools_fingerprint(checked, ordered=False)
-                if self._toolsets.key(session_id) == key:
-                    self._snapshots[session_id] = snapshot
-                    return False
+            # Held from here: while it is indexed (and for the caller's block, with `hold`).
+            self._holds[session_id] = self._holds.get(session_id, 0) + 1
+            if current and same and self._snapshots.get(session_id) is last:
+                if not hold:
+                    self._unhold_locked(session_id)
+                return False
+            gate = self._gates.setdefault(session_id, threading.Lock())
+        kept = False
+        try:
+            if checked is None:  # released or re-prepared since the read
+                checked = check_tools(snapshot)
+                key = tools_fingerprint(checked, ordered=False)
+            # The index works outside the lock, so other sessions are prepared and searched
+            # meanwhile; the gate orders the prepares of this session.
+            with gate:
+                with self._lock:
+                    if self._toolsets.key(session_id) == key:
+                        self._snapshots[session_id] = snapshot
+                        kept = hold
+                        return False
+                if not current:
+                    self._index.clear(session_id)
                 self._index.index_tools(session_id, checked)
                 listed = checked
-                self._toolsets.attach(session_id, key, lambda: {t.name: t for t in listed})
-                self._snapshots[session_id] = snapshot
+                with self._lock:
+                    self._toolsets.attach(session_id, key, lambda: {t.name: t for t in listed})
+                    self._snapshots[session_id] = snapshot
+                kept = hold
                 return True
-            except BaseException:
-                if hold:
-                    self._unhold_locked(session_id)
-                raise
+        finally:
+            if not kept:
+                self._unhold(session_id)
 
     def _release_or_defer(self, session_id: str) -> None:
         """Release the session now, or when its use ends (lock held)."""
@@ -268,6 +281,7 @@ class ToolSearch:
             self._holds[session_id] = left
             return
         self._holds.pop(session_id, None)
+        self._gates.pop(session_id, None)
         if session_id in self._doomed:
             self._doomed.discard(session_id)
             self._release(session_id)
