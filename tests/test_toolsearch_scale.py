@@ -397,7 +397,7 @@ def test_concurrent_prepares_of_one_session_leave_it_consistent():
     for round_ in range(60):
         start = threading.Barrier(6)
 
-        def run(variant):
+        def run(variant, start=start):
             start.wait()
             search.prepare("s", variant)
 
