@@ -412,3 +412,12 @@ def test_concurrent_prepares_of_one_session_leave_it_consistent():
         assert set(search._toolsets.get("s")) == last
         hits = search.run_search("s", "weather email stock", max_results=5).names
         assert set(hits) == last, round_
+
+
+def test_a_tool_digested_on_its_own_was_checked_too():
+    with pytest.raises(InvalidInput):
+        words.tool_digest(ToolReference("  ", "blank name"))
+    tool = ToolReference("ok", "fine")
+    words.tool_digest(tool)
+    with pytest.raises(InvalidInput, match="unique"):
+        words.check_tools([tool, ToolReference("ok", "again")])

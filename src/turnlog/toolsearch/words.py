@@ -11,7 +11,6 @@ import json
 import marshal
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -178,9 +177,10 @@ def _plain(value: object) -> object:
 
 
 _VALIDATED_MAX: Final = 16_384
-# Digests whose content was checked to be JSON, most recent last: a new object equal to a tool
-# seen before (a tool list rebuilt from the same definitions) skips the JSON check.
-_validated: OrderedDict[bytes, None] = OrderedDict()
+# Digests whose content was checked to be JSON, oldest first: a new object equal to a tool seen
+# before (a tool list rebuilt from the same definitions) skips the JSON check. Read without the
+# lock (one dictionary lookup), written under it.
+_validated: dict[bytes, None] = {}
 _validated_lock: Final = threading.Lock()
 
 
@@ -198,12 +198,13 @@ def tool_digest(tool: ToolReference) -> bytes:
         32 bytes.
 
     Raises:
-        InvalidInput: the parameters hold something JSON cannot carry, or text that is not
-            valid Unicode.
+        InvalidInput: the tool fails `check_tools`'s checks, or its parameters hold something
+            JSON cannot carry, or text that is not valid Unicode.
     """
     digest = tool._digest
     if digest is not None:
         return digest
+    _check_tool(tool)  # so that a digested tool is a checked one (see check_tools)
     triple = (tool.name, tool.description, tool.parameters)
     try:
         # Version 2: no back-references and no interning flags, so equal content built alike
@@ -214,16 +215,12 @@ def tool_digest(tool: ToolReference) -> bytes:
         digest = hashlib.sha256(data).digest()
     else:
         digest = hashlib.sha256(data).digest()
-        with _validated_lock:
-            known = digest in _validated
-            if known:
-                _validated.move_to_end(digest)
-        if not known:
+        if digest not in _validated:
             _json_bytes(tool)  # raises on what JSON cannot carry, and on lone surrogates
             with _validated_lock:
                 _validated[digest] = None
                 while len(_validated) > _VALIDATED_MAX:
-                    _validated.popitem(last=False)
+                    del _validated[next(iter(_validated))]
     object.__setattr__(tool, "_digest", digest)
     return digest
 
