@@ -51,11 +51,11 @@ from turnlog.toolsearch import (  # noqa: E402
     ToolReference,
     ToolSearch,
 )
-from turnlog.toolsearch.words import name_words, schema_text  # noqa: E402
+from turnlog.toolsearch.bm25 import _TOKENIZER as TOKENIZER  # noqa: E402
+from turnlog.toolsearch.bm25 import tool_row  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 POOL = ("live_simple", "live_multiple", "live_parallel_multiple")
-TOKENIZER = "porter unicode61 remove_diacritics 2"
 UNCHANGED_TARGET = 0.1e-3
 NEW_SET_TARGET = 1.5
 MEMORY_TARGET = 1.2
@@ -125,10 +125,6 @@ def interleave(contenders: dict[str, Setup], rounds: int, seed: int) -> dict[str
     return samples
 
 
-def row(tool: ToolReference) -> tuple[str, str, str]:
-    return (" ".join(name_words(tool.name)), tool.description, schema_text(tool.parameters))
-
-
 def copies(tools: Sequence[ToolReference], tag: str = "") -> list[ToolReference]:
     """New objects with the same content (or, with a tag, content never seen)."""
     return [ToolReference(t.name, t.description + tag, t.parameters) for t in tools]
@@ -142,7 +138,7 @@ def rotated(tools: list[ToolReference], n: int) -> list[ToolReference]:
 
 def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
     print(f"\n1. ToolSearch.prepare with {len(tools):,} tools; {rounds} rounds, medians")
-    rows = [row(t) for t in tools]
+    rows = [tool_row(t) for t in tools]
     search = ToolSearch(Bm25ToolIndex(), eviction=LruEvictionStrategy(1000))
     as_tuple = tuple(tools)
     twins = [copies(tools), copies(tools)]
@@ -175,14 +171,14 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             columns = "name_words, description, params"
             if content:
                 conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(name UNINDEXED, "
-                             f"{columns}, tokenize = '{TOKENIZER}')")  # fmt: skip
+                             f"{columns}, tokenize = \"{TOKENIZER}\")")  # fmt: skip
                 values = [
                     (i + 1, t.name, *r) for i, (t, r) in enumerate(zip(tools, rows, strict=False))
                 ]
                 sql = f"INSERT INTO {table} (rowid, name, {columns}) VALUES (?, ?, ?, ?, ?)"
             else:
                 conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({columns}, "
-                             f"content='', tokenize = '{TOKENIZER}')")  # fmt: skip
+                             f"content='', tokenize = \"{TOKENIZER}\")")  # fmt: skip
                 values = [(i + 1, *r) for i, r in enumerate(rows)]
                 sql = f"INSERT INTO {table} (rowid, {columns}) VALUES (?, ?, ?, ?)"
 
@@ -223,7 +219,7 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
         )
     )
     start = time.perf_counter()
-    made = [row(t) for t in tools]
+    made = [tool_row(t) for t in tools]
     print(f"(the rows' text alone, made once: {(time.perf_counter() - start) * 1e3:.1f} ms)")
     assert made == rows
     unchanged_ms = medians["unchanged: the same list"]

@@ -39,8 +39,13 @@ def _create(table: str) -> str:
     # cost of a search, to that set.
     return (
         f"CREATE VIRTUAL TABLE {table} USING fts5("
-        f"name_words, description, params, content='', tokenize = '{_TOKENIZER}')"
+        f"name_words, description, params, content='', tokenize = \"{_TOKENIZER}\")"
     )
+
+
+def tool_row(tool: ToolReference) -> tuple[str, str, str]:
+    """What a tool's row holds: its name's words, its description, its parameters' text."""
+    return (" ".join(name_words(tool.name)), tool.description, schema_text(tool.parameters))
 
 
 def _search_sql(table: str) -> str:
@@ -206,7 +211,7 @@ class Bm25ToolIndex:
         digest = tool_digest(tool)
         row = self._rows.get(digest)
         if row is None:
-            row = (" ".join(name_words(tool.name)), tool.description, schema_text(tool.parameters))
+            row = tool_row(tool)
             self._rows.put(digest, row)
         return row
 
