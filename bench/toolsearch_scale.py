@@ -15,7 +15,8 @@ description gets a suffix, so names stay unique. Their 1,335 questions are the q
    after 1,000, 2,000, 5,000 and 10,000 sessions. Target: RSS at 10,000 at most 1.2x RSS at
    1,000.
 3. Search latency of one session (a random 50 tools) alone in its index, and with 1,000 other
-   sessions indexed, interleaved query by query. Target: p50 and p99 within 1.2x.
+   sessions indexed, interleaved query by query, each query 3 times. Target: p50 and p99
+   within 1.2x, over all samples and over each query's fastest of 3.
 
     python bench/toolsearch_scale.py [--quick] [--parts prepare,memory,latency]
         [--indexes bm25,regex]
@@ -60,6 +61,7 @@ UNCHANGED_TARGET = 0.1e-3
 NEW_SET_TARGET = 1.5
 MEMORY_TARGET = 1.2
 LATENCY_TARGET = 1.2
+REPEATS = 3
 
 
 def pool(path: Path) -> tuple[list[ToolReference], list[str]]:
@@ -337,43 +339,57 @@ def latency_part(
         for i, other in enumerate(crowd):
             crowded.index_tools(f"o{i}", other)
         crowded.index_tools("me", mine)
-        times: dict[str, list[float]] = {"alone": [], "crowded": []}
-        pair = [("alone", alone), ("crowded", crowded)]
         for query in queries[:20]:  # warm up
             alone.search("me", query)
             crowded.search("me", query)
-        for round_, query in enumerate(queries * (1 if args.quick else 2)):
-            random.Random(round_).shuffle(pair)
-            for name, index in pair:
-                start = time.perf_counter()
-                index.search("me", query)
-                times[name].append(time.perf_counter() - start)
-        q = {name: sorted(t) for name, t in times.items()}
+        # Every query 3 times on each index, the order shuffled each time: all the samples
+        # (raw), and each query's fastest of its 3 (what the search costs without the other
+        # processes' preemptions, which on this shared machine decide a raw p99).
+        raw: dict[str, list[float]] = {"alone": [], "crowded": []}
+        best: dict[str, list[float]] = {"alone": [], "crowded": []}
+        pair = [("alone", alone), ("crowded", crowded)]
+        for n, query in enumerate(queries):
+            fastest = {"alone": float("inf"), "crowded": float("inf")}
+            for repeat in range(REPEATS):
+                random.Random(n * REPEATS + repeat).shuffle(pair)
+                for name, index in pair:
+                    start = time.perf_counter()
+                    index.search("me", query)
+                    elapsed = time.perf_counter() - start
+                    raw[name].append(elapsed)
+                    fastest[name] = min(fastest[name], elapsed)
+            for name, seconds in fastest.items():
+                best[name].append(seconds)
+        for label, times in (("raw", raw), ("fastest of 3", best)):
+            p50 = quantile(times["crowded"], 0.5) / quantile(times["alone"], 0.5)
+            p99 = quantile(times["crowded"], 0.99) / quantile(times["alone"], 0.99)
+            rows.append(
+                [
+                    f"{kind}, {label}",
+                    harness.ms(quantile(times["alone"], 0.5)),
+                    harness.ms(quantile(times["crowded"], 0.5)),
+                    f"{p50:.2f}",
+                    harness.ms(quantile(times["alone"], 0.99)),
+                    harness.ms(quantile(times["crowded"], 0.99)),
+                    f"{p99:.2f}",
+                ]
+            )
+            met = p50 <= LATENCY_TARGET and p99 <= LATENCY_TARGET
+            print(
+                f"target {kind} ({label}) crowded p50 and p99 <= {LATENCY_TARGET}x alone: "
+                f"{harness.verdict(met)} (p50 {p50:.2f}x, p99 {p99:.2f}x)"
+            )
+    headers = ["index, samples", "p50 alone", "p50 crowded", "ratio", "p99 alone"]
+    print(harness.table([*headers, "p99 crowded", "ratio"], rows))
+    print(
+        f"(ms, max_results 5; raw: {len(queries) * REPEATS:,} searches each; fastest of 3: "
+        f"{len(queries):,} queries)"
+    )
 
-        def at(name: str, p: float, q: dict[str, list[float]] = q) -> float:
-            return q[name][min(len(q[name]) - 1, int(p * len(q[name])))]
 
-        p50 = at("crowded", 0.5) / at("alone", 0.5)
-        p99 = at("crowded", 0.99) / at("alone", 0.99)
-        rows.append(
-            [
-                kind,
-                harness.ms(at("alone", 0.5)),
-                harness.ms(at("crowded", 0.5)),
-                f"{p50:.2f}",
-                harness.ms(at("alone", 0.99)),
-                harness.ms(at("crowded", 0.99)),
-                f"{p99:.2f}",
-            ]
-        )
-        met = p50 <= LATENCY_TARGET and p99 <= LATENCY_TARGET
-        print(
-            f"target {kind} crowded p50 and p99 <= {LATENCY_TARGET}x alone: "
-            f"{harness.verdict(met)} (p50 {p50:.2f}x, p99 {p99:.2f}x)"
-        )
-    headers = ["index", "p50 alone", "p50 crowded", "ratio", "p99 alone", "p99 crowded", "ratio"]
-    print(harness.table(headers, rows))
-    print(f"({len(queries) * (1 if args.quick else 2):,} searches each, ms, max_results 5)")
+def quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
