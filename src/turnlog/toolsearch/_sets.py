@@ -1,13 +1,16 @@
-"""Sessions sharing reference-counted tool sets, so identical tool sets are stored once."""
+"""Sessions sharing reference-counted tool sets, so identical tool sets are stored once; and a
+small bounded cache for what indexes derive from one tool."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["SharedSets"]
+__all__ = ["RecentCache", "SharedSets"]
 
 
 class SharedSets(Generic[T]):
@@ -82,3 +85,36 @@ class SharedSets(Generic[T]):
     def values(self) -> int:
         """How many distinct values are held."""
         return len(self._values)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RecentCache(Generic[K, V]):
+    """At most `limit` values, the least recently used dropped first. Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The value for `key` (now the most recent), or None."""
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        """Keep `value` for `key`, dropping the oldest beyond the limit."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)

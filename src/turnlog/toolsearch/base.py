@@ -18,7 +18,11 @@ class ToolReference:
     description: str
     """What the tool does."""
     parameters: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
-    """The JSON schema of its arguments (an object schema), or None."""
+    """The JSON schema of its arguments (an object schema), or None. Treated as frozen: tool
+    search reads it once per object (see `turnlog.toolsearch.words.tool_digest`), so change a
+    tool by building a new `ToolReference`, never by editing this mapping in place."""
+    _digest: bytes | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # The tool's digest once computed (words.tool_digest), so a tool is serialized once.
 
     def as_dict(self) -> dict[str, Any]:
         """The neutral shape, as plain JSON: `{"name", "description", "parameters"}`.

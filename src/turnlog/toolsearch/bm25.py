@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from turnlog.errors import InvalidInput
-from turnlog.toolsearch._sets import SharedSets
+from turnlog.toolsearch._sets import RecentCache, SharedSets
 from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
@@ -17,6 +17,7 @@ from turnlog.toolsearch.words import (
     name_words,
     query_words,
     schema_text,
+    tool_digest,
     tools_fingerprint,
 )
 
@@ -25,19 +26,33 @@ __all__ = ["Bm25ToolIndex"]
 MAX_QUERY_WORDS: Final = 64
 _TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 
-_SCHEMA: Final = f"""
-CREATE VIRTUAL TABLE tools USING fts5(
-    name UNINDEXED,
-    name_words,
-    description,
-    params,
-    tokenize = '{_TOKENIZER}'
-)
-"""
-_SEARCH: Final = (
-    "SELECT name, bm25(tools, 0.0, ?, ?, ?) AS rank FROM tools "
-    "WHERE tools MATCH ? AND rowid >= ? AND rowid <= ? ORDER BY rank, rowid LIMIT ?"
-)
+ROW_CACHE_TOOLS: Final = 4096
+"""How many tools' indexed text a `Bm25ToolIndex` keeps, so a new set of known tools is one
+insert (the text of a BFCL tool is about 0.5 KB)."""
+SPARE_TABLES: Final = 16
+"""How many emptied tables a `Bm25ToolIndex` keeps for the next new tool sets."""
+
+
+def _create(table: str) -> str:
+    # Contentless: the text is only tokenized, never stored, and a search needs only rowids
+    # (the names are kept in Python). One table per tool set keeps term statistics, and the
+    # cost of a search, to that set.
+    return (
+        f"CREATE VIRTUAL TABLE {table} USING fts5("
+        f"name_words, description, params, content='', tokenize = \"{_TOKENIZER}\")"
+    )
+
+
+def tool_row(tool: ToolReference) -> tuple[str, str, str]:
+    """What a tool's row holds: its name's words, its description, its parameters' text."""
+    return (" ".join(name_words(tool.name)), tool.description, schema_text(tool.parameters))
+
+
+def _search_sql(table: str) -> str:
+    return (
+        f"SELECT rowid, bm25({table}, ?, ?, ?) AS rank FROM {table} "
+        f"WHERE {table} MATCH ? ORDER BY rank, rowid LIMIT ?"
+    )
 
 
 def match_expression(query: str) -> str:
@@ -67,22 +82,27 @@ def _weight(value: object, what: str) -> float:
 class Bm25ToolIndex:
     """Tools ranked by BM25 over their name, description and parameters (SQLite FTS5).
 
-    Each index object owns one in-memory SQLite database with one FTS5 table. A tool is stored
-    with its name split into words (snake_case, camelCase, dotted, kebab-case, letters and
+    Each index object owns one in-memory SQLite database, and each distinct tool set one
+    contentless FTS5 table in it (the text is tokenized, not stored). A tool is indexed with its
+    name split into words (snake_case, camelCase, dotted, kebab-case, letters and
     digits: `getWeatherForecast` is found by "weather forecast"), its description, and the text
     of its parameter schema (property names, descriptions, enum values, recursively). Words are
     stemmed (Porter: "forecasts" finds "forecast") and folded to lower case without accents.
 
-    Sessions with identical tool sets (same tools, same order) share one copy of the rows, so
-    10,000 sessions offered the same 50 tools cost 50 rows, and indexing a set that another
-    session holds already costs a fingerprint.
+    Sessions with identical tool sets (same tools, same order) share one table, so 10,000
+    sessions offered the same 50 tools cost 50 rows, and indexing a set that another session
+    holds already costs a fingerprint. When no session holds a set any more its table is
+    emptied (up to 16 are kept for the next sets) or dropped, so memory follows the sets held,
+    not the sets ever indexed. The indexed text of the last 4,096 tools is kept, so a new set
+    of tools seen before costs one insert.
 
     A query's words are quoted and OR-ed, so user text never becomes FTS5 syntax; English stop
     words are dropped unless nothing else is left, and only the first 64 words count. Scores
     are FTS5's `bm25()` negated (higher is better), with the name column weighted above the
-    description and the description above the parameters. Term statistics span every distinct
-    tool set of the index object, so a score is comparable only with the scores of the same
-    search; ties keep the order the tools were indexed in.
+    description and the description above the parameters. Term statistics are those of the
+    session's tool set alone, so a score does not depend on the other sessions, and a search
+    reads only that set's table: its cost does not grow with the sessions indexed. Ties keep
+    the order the tools were indexed in.
 
     Thread-safe: one lock around the connection. `close()` releases the database.
 
@@ -114,11 +134,14 @@ class Bm25ToolIndex:
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             ":memory:", check_same_thread=False, isolation_level=None
         )
-        self._conn.execute(_SCHEMA)
-        # Each tool set's rows have consecutive rowids (first, count), so a search reads only
-        # that set's rows and releasing a set deletes one rowid range.
-        self._sets: SharedSets[tuple[int, int]] = SharedSets()
-        self._next_rowid = 1
+        # Small pages: a set of 50 tools fills a few dozen, and each of a table's shadow
+        # tables takes at least one.
+        self._conn.execute("PRAGMA page_size = 1024")
+        # Per tool set: its table and the names of its tools by rowid - 1.
+        self._sets: SharedSets[tuple[str, tuple[str, ...]]] = SharedSets()
+        self._spare: list[str] = []  # emptied tables, reused before a new one is created
+        self._tables = 0
+        self._rows: RecentCache[bytes, tuple[str, str, str]] = RecentCache(ROW_CACHE_TOOLS)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -128,59 +151,79 @@ class Bm25ToolIndex:
     def index_tools(self, session_id: str, tools: Sequence[ToolReference]) -> None:
         """Replace the session's index with `tools`.
 
+        A set no session holds gets a table of its own; a set another session holds is
+        shared; the session's previous set is released when no session uses it any more.
+
         Raises:
             InvalidInput: see `turnlog.toolsearch.words.check_tools`; the index is closed.
         """
         checked = check_tools(tools)
         key = tools_fingerprint(checked, ordered=True)
         with self._lock:
+            self._connection()
+            if self._sets.key(session_id) == key:
+                return
+            held = self._sets.value(key)
+        # The text is made outside the lock: other sessions search meanwhile.
+        rows = None if held is not None else [self._row(tool) for tool in checked]
+        with self._lock:
             conn = self._connection()
             if self._sets.key(session_id) == key:
                 return
-            span = self._sets.value(key)
-            released = self._sets.releases(session_id)
-            conn.execute("BEGIN")
-            try:
-                if span is None:
-                    span = self._insert(conn, checked)
-                if released is not None:
-                    self._delete(conn, released)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                conn.execute("ROLLBACK")
-                if isinstance(exc, UnicodeEncodeError):
-                    raise InvalidInput(
-                        f"a tool's text is not valid Unicode (a lone surrogate?): {exc}"
-                    ) from exc
-                raise
-            self._sets.attach(session_id, key, lambda: span)
-            self._next_rowid = max(self._next_rowid, span[0] + span[1])
+            held = self._sets.value(key)
+            if held is None:
+                if rows is None:  # the set was released meanwhile
+                    rows = [self._row(tool) for tool in checked]
+                held = (self._fill(conn, rows), tuple(tool.name for tool in checked))
+            made = held
+            released = self._sets.attach(session_id, key, lambda: made)
+            if released is not None:
+                self._release(conn, released[0])
 
-    def _insert(self, conn: sqlite3.Connection, tools: list[ToolReference]) -> tuple[int, int]:
-        first = self._next_rowid
-        conn.executemany(
-            "INSERT INTO tools (rowid, name, name_words, description, params)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [
-                (
-                    first + i,
-                    tool.name,
-                    " ".join(name_words(tool.name)),
-                    tool.description,
-                    schema_text(tool.parameters),
-                )
-                for i, tool in enumerate(tools)
-            ],
-        )
-        return first, len(tools)
-
-    @staticmethod
-    def _delete(conn: sqlite3.Connection, span: tuple[int, int]) -> None:
-        first, count = span
-        if count:
-            conn.execute(
-                "DELETE FROM tools WHERE rowid BETWEEN ? AND ?", (first, first + count - 1)
+    def _fill(self, conn: sqlite3.Connection, rows: list[tuple[str, str, str]]) -> str:
+        """An empty table (a spare one, or a new one) holding `rows`, in one transaction."""
+        spare = self._spare.pop() if self._spare else None
+        if spare is None:
+            self._tables += 1
+        table = spare or f"set{self._tables}"
+        conn.execute("BEGIN")
+        try:
+            if spare is None:
+                conn.execute(_create(table))
+            conn.executemany(
+                f"INSERT INTO {table} (rowid, name_words, description, params) VALUES (?, ?, ?, ?)",
+                [(i + 1, *row) for i, row in enumerate(rows)],
             )
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            if spare is not None:
+                self._spare.append(spare)  # still empty
+            if isinstance(exc, UnicodeEncodeError):
+                raise InvalidInput(
+                    f"a tool's text is not valid Unicode (a lone surrogate?): {exc}"
+                ) from exc
+            raise
+        return table
+
+    def _row(self, tool: ToolReference) -> tuple[str, str, str]:
+        """The tool's indexed text: its name's words, its description, its parameters."""
+        digest = tool_digest(tool)
+        row = self._rows.get(digest)
+        if row is None:
+            row = tool_row(tool)
+            self._rows.put(digest, row)
+        return row
+
+    def _release(self, conn: sqlite3.Connection, table: str) -> None:
+        """Empty a set's table for reuse, or drop it when enough are spare (lock held)."""
+        if len(self._spare) < SPARE_TABLES:
+            # Frees every page of its index (they are reused by the next sets); no schema
+            # change, so prepared statements stay valid.
+            conn.execute(f"INSERT INTO {table} ({table}) VALUES ('delete-all')")
+            self._spare.append(table)
+        else:
+            conn.execute(f"DROP TABLE {table}")
 
     def search(
         self, session_id: str, query: str, *, max_results: int | None = None
@@ -199,30 +242,26 @@ class Bm25ToolIndex:
             return []
         with self._lock:
             conn = self._connection()
-            span = self._sets.get(session_id)
-            if span is None or not span[1]:
+            held = self._sets.get(session_id)
+            if held is None or not held[1]:
                 return []
-            first, count = span
-            rows = conn.execute(
-                _SEARCH,
-                (*self._weights, expression, first, first + count - 1, limit),
-            ).fetchall()
-        return [ToolHit(str(name), -float(rank)) for name, rank in rows]
+            table, tool_names = held
+            rows = conn.execute(_search_sql(table), (*self._weights, expression, limit)).fetchall()
+        return [ToolHit(tool_names[rowid - 1], -float(rank)) for rowid, rank in rows]
 
     def clear(self, session_id: str) -> None:
         """Forget the session's index (a no-op for an unknown session)."""
         with self._lock:
             conn = self._connection()
-            released = self._sets.releases(session_id)
+            released = self._sets.detach(session_id)
             if released is not None:
-                self._delete(conn, released)
-            self._sets.detach(session_id)
+                self._release(conn, released[0])
 
     def size(self, session_id: str) -> int:
         """How many tools the session's index holds (0 when unknown)."""
         with self._lock:
-            span = self._sets.get(session_id)
-            return 0 if span is None else span[1]
+            held = self._sets.get(session_id)
+            return 0 if held is None else len(held[1])
 
     def sessions(self) -> int:
         """How many sessions hold an index (empty ones included)."""
@@ -241,6 +280,7 @@ class Bm25ToolIndex:
                 self._conn.close()
                 self._conn = None
                 self._sets = SharedSets()
+                self._spare = []
 
     def __enter__(self) -> Bm25ToolIndex:
         return self

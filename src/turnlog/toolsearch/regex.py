@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from turnlog.toolsearch._sets import SharedSets
+from turnlog.toolsearch._sets import RecentCache, SharedSets
 from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
@@ -16,6 +16,7 @@ from turnlog.toolsearch.words import (
     name_words,
     query_words,
     schema_text,
+    tool_digest,
     tools_fingerprint,
 )
 
@@ -25,6 +26,7 @@ NAME_SCORE: Final = 2.0
 DESCRIPTION_SCORE: Final = 1.0
 PARAMETERS_SCORE: Final = 0.5
 MAX_PATTERN_LENGTH: Final = 2000
+ENTRY_CACHE_TOOLS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,8 @@ class RegexToolIndex:
 
     A baseline: no stemming ("forecasts" does not find "forecast"), no word weighting. A query
     with no usable word, or whose pattern would be longer than 2,000 characters, finds nothing.
-    Sessions with identical tool sets share one copy. Thread-safe.
+    Sessions with identical tool sets share one copy, and sets holding the same tool share its
+    text (for the last 4,096 tools indexed). Thread-safe.
 
     Args:
         max_results: how many hits `search` returns when not told.
@@ -56,6 +59,8 @@ class RegexToolIndex:
         self._max_results = check_max_results(max_results, 5)
         self._lock = threading.Lock()
         self._sets: SharedSets[tuple[_Entry, ...]] = SharedSets()
+        # The last 4,096 tools' entries: sets holding the same tool share its text.
+        self._entries: RecentCache[bytes, _Entry] = RecentCache(ENTRY_CACHE_TOOLS)
 
     def index_tools(self, session_id: str, tools: Sequence[ToolReference]) -> None:
         """Replace the session's index with `tools`.
@@ -70,18 +75,24 @@ class RegexToolIndex:
                 return
             entries = self._sets.value(key)
         if entries is None:
-            entries = tuple(
-                _Entry(
-                    name=tool.name,
-                    name_text=f"{tool.name}\n{' '.join(name_words(tool.name))}".lower(),
-                    description=tool.description.lower(),
-                    parameters=schema_text(tool.parameters).lower(),
-                )
-                for tool in checked
-            )
+            entries = tuple(self._entry(tool) for tool in checked)
         with self._lock:
             made = entries
             self._sets.attach(session_id, key, lambda: made)
+
+    def _entry(self, tool: ToolReference) -> _Entry:
+        """The tool's lower-cased text, one object per tool for every set that holds it."""
+        digest = tool_digest(tool)
+        entry = self._entries.get(digest)
+        if entry is None:
+            entry = _Entry(
+                name=tool.name,
+                name_text=f"{tool.name}\n{' '.join(name_words(tool.name))}".lower(),
+                description=tool.description.lower(),
+                parameters=schema_text(tool.parameters).lower(),
+            )
+            self._entries.put(digest, entry)
+        return entry
 
     def search(
         self, session_id: str, query: str, *, max_results: int | None = None
