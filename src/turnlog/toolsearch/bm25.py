@@ -14,6 +14,7 @@ from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
     check_tools,
+    index_text,
     name_words,
     query_words,
     schema_text,
@@ -23,7 +24,10 @@ from turnlog.toolsearch.words import (
 __all__ = ["Bm25ToolIndex"]
 
 MAX_QUERY_WORDS: Final = 64
-_TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+# Combining marks (M*) are letters' parts, not separators: without them unicode61 cuts Thai
+# and Devanagari words at every vowel sign. Runs of the no-space scripts arrive already cut
+# into character pairs (`index_text`), which unicode61 then keeps as tokens.
+_TOKENIZER: Final = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 
 _SCHEMA: Final = f"""
 CREATE VIRTUAL TABLE tools USING fts5(
@@ -31,7 +35,7 @@ CREATE VIRTUAL TABLE tools USING fts5(
     name_words,
     description,
     params,
-    tokenize = '{_TOKENIZER}'
+    tokenize = "{_TOKENIZER}"
 )
 """
 _SEARCH: Final = (
@@ -165,9 +169,9 @@ class Bm25ToolIndex:
                 (
                     first + i,
                     tool.name,
-                    " ".join(name_words(tool.name)),
-                    tool.description,
-                    schema_text(tool.parameters),
+                    index_text(" ".join(name_words(tool.name))),
+                    index_text(tool.description),
+                    index_text(schema_text(tool.parameters)),
                 )
                 for i, tool in enumerate(tools)
             ],

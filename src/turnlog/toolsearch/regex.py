@@ -13,6 +13,7 @@ from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
     check_tools,
+    fold,
     name_words,
     query_words,
     schema_text,
@@ -73,9 +74,9 @@ class RegexToolIndex:
             entries = tuple(
                 _Entry(
                     name=tool.name,
-                    name_text=f"{tool.name}\n{' '.join(name_words(tool.name))}".lower(),
-                    description=tool.description.lower(),
-                    parameters=schema_text(tool.parameters).lower(),
+                    name_text=fold(f"{tool.name}\n{' '.join(name_words(tool.name))}"),
+                    description=fold(tool.description),
+                    parameters=fold(schema_text(tool.parameters)),
                 )
                 for tool in checked
             )
@@ -96,7 +97,7 @@ class RegexToolIndex:
             entries = self._sets.get(session_id)
         if not entries or not isinstance(query, str):
             return []
-        words = query_words(query)
+        words = list(dict.fromkeys(fold(w) for w in query_words(query)))
         if not words:
             return []
         # Longest first, so a word is not cut short by one of its prefixes.
@@ -105,8 +106,8 @@ class RegexToolIndex:
         if len(source) > MAX_PATTERN_LENGTH:
             return []
         try:
-            # The texts were lower-cased when indexed and the words are lower-case: matching
-            # is case-insensitive without re.IGNORECASE, which is several times slower.
+            # The texts were folded (lower case, no accents) when indexed and so are the words:
+            # matching is case-insensitive without re.IGNORECASE, which is several times slower.
             pattern = re.compile(source)
         except re.error:
             return []
