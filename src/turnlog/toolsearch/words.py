@@ -48,11 +48,12 @@ el los las unos unas del al es por para con en mi mis su sus lo como qué cómo
 der die das den dem des ein eine einen einem einer und oder ist sind mit von zu im auf
 für ich du er sie wir ihr mein meine bitte
 il gli di da nel della per che
+の を に は が で と も へ や か ね よ から まで です ます
 """
 
 STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
-"""Words dropped from queries: common English words, and the articles, pronouns and
-prepositions of French, Spanish, German and Italian, that say nothing about a tool."""
+"""Words dropped from queries: common English words, the articles, pronouns and prepositions
+of French, Spanish, German and Italian, and Japanese particles, that say nothing about a tool."""
 
 _SEPARATORS: Final = re.compile(r"[\W_]+")
 # Runs of characters from scripts that do not put spaces between words (Korean included, for
@@ -69,18 +70,28 @@ _NO_SPACE_RUN: Final = re.compile(
 _DIACRITICS: Final = re.compile("[\u0300-\u036f]+")
 
 
+_HIRAGANA: Final = re.compile("([\u3041-\u309f]+)")
+
+
 def _grams(run: str) -> list[str]:
-    """A run of a no-space script as overlapping pairs of characters (a lone character as
-    itself); a combining mark counts with the character before it."""
-    clusters: list[str] = []
-    for ch in run:
-        if clusters and unicodedata.category(ch).startswith("M"):
-            clusters[-1] += ch
+    """A run of a no-space script as overlapping pairs of characters (a piece of one or two
+    characters as itself); a combining mark counts with the character before it. Japanese
+    hiragana (particles, verb endings) and the kanji or katakana next to them are cut apart
+    first, so "予約を取りたい" gives "予約", "を", "取", "りた", "たい", not "を取"."""
+    grams: list[str] = []
+    for piece in _HIRAGANA.split(run) if "\u3041" <= max(run) else (run,):
+        clusters: list[str] = []
+        for ch in piece:
+            if clusters and unicodedata.category(ch).startswith("M"):
+                clusters[-1] += ch
+            else:
+                clusters.append(ch)
+        if len(clusters) < 3:
+            if clusters:
+                grams.append("".join(clusters))
         else:
-            clusters.append(ch)
-    if len(clusters) < 3:
-        return ["".join(clusters)]
-    return [clusters[i] + clusters[i + 1] for i in range(len(clusters) - 1)]
+            grams.extend(clusters[i] + clusters[i + 1] for i in range(len(clusters) - 1))
+    return grams
 
 
 def _chunks(text: str) -> list[tuple[str, bool]]:
