@@ -43,6 +43,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
 import toolsearch_data as data  # noqa: E402
 from toolsearch_bfcl import machine, table  # noqa: E402
 from turnlog.toolsearch import Bm25ToolIndex, ToolIndex, ToolReference  # noqa: E402

@@ -23,13 +23,13 @@ import time
 import unicodedata
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from turnlog.errors import InvalidInput
-from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolReference
+from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import check_max_results, check_tools, schema_text
 
 _INSTALL_HINT = "pip install 'turnlog[embeddings]'"
@@ -440,17 +440,17 @@ class EmbeddingToolIndex:
     Each tool is embedded once, as `tool_text(tool)`; a query is embedded and compared with every
     tool of the session (one matrix-vector product). Sessions with the same tool list share one
     matrix (4 bytes x 384 per tool), so memory grows with the distinct tool lists held, not
-    with the sessions. Two caches, each bounded by `cache_size` vectors, keep model work for
-    what was never seen: the matrices of recently indexed tool lists, by a fingerprint of the
-    tools' names and texts, so a session offered a known list costs no model call even after
-    every session holding it was released; and the vectors of single tool texts, so a new list
-    made of known tools embeds only its new ones. Thread-safe.
+    with the sessions. Vectors are cached by tool (the key is the tool's embedded text, so it
+    covers the name, description and parameters), up to `cache_size` of them, least recently
+    used out first: a session offered a list of known tools, in any order, even after every
+    session holding it was released, costs no model call at all, and a list with a few new
+    tools embeds only those. Thread-safe.
 
     Args:
         model: the `Embedder`; None means the packaged all-MiniLM-L6-v2 (`default_embedder()`).
         max_results: how many hits `search` returns when not told.
         min_score: drop hits whose cosine similarity is below this (None keeps all).
-        cache_size: how many vectors each cache holds (0 turns both off).
+        cache_size: how many tools' vectors to remember across sessions (0 turns it off).
         preload: start loading the model in a background thread now (`warm_up()`), when the
             model has a `warm_up` method; by default it is loaded by the first embedding.
 
@@ -478,10 +478,6 @@ class EmbeddingToolIndex:
         self._sessions: dict[str, _Catalogue] = {}
         # Sessions with the same tools share one read-only catalogue (and its matrix).
         self._shared: weakref.WeakValueDictionary[bytes, _Catalogue] = weakref.WeakValueDictionary()
-        # The catalogues indexed last, held even when no session holds them, up to cache_size
-        # vectors in all.
-        self._recent: OrderedDict[bytes, _Catalogue] = OrderedDict()
-        self._recent_rows = 0
         self._lock = threading.Lock()
         if preload:
             warm = getattr(self._model, "warm_up", None)
@@ -533,31 +529,15 @@ class EmbeddingToolIndex:
         names = tuple(tool.name for tool in checked)
         key = _fingerprint(names, texts)
         with self._lock:
-            catalogue = self._shared.get(key) or self._recent.get(key)
+            catalogue = self._shared.get(key)
             if catalogue is not None:
                 self._sessions[session_id] = catalogue
-                self._remember(key, catalogue)
                 return
         vectors = self._vectors(texts) if texts else np.zeros((0, 0), dtype=np.float32)
         vectors.flags.writeable = False
         with self._lock:
             catalogue = self._shared.setdefault(key, _Catalogue(names, vectors))
             self._sessions[session_id] = catalogue
-            self._remember(key, catalogue)
-
-    def _remember(self, key: bytes, catalogue: _Catalogue) -> None:
-        """Hold `catalogue` among the recent ones (under the lock)."""
-        if key in self._recent:
-            self._recent.move_to_end(key)
-            return
-        rows = len(catalogue.names)
-        if rows > self._cache_size:
-            return
-        self._recent[key] = catalogue
-        self._recent_rows += rows
-        while self._recent_rows > self._cache_size:
-            _, dropped = self._recent.popitem(last=False)
-            self._recent_rows -= len(dropped.names)
 
     def search(
         self, session_id: str, query: str, *, max_results: int | None = None

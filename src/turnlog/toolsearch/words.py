@@ -79,7 +79,7 @@ def _grams(run: str) -> list[str]:
     hiragana (particles, verb endings) and the kanji or katakana next to them are cut apart
     first, so "予約を取りたい" gives "予約", "を", "取", "りた", "たい", not "を取"."""
     grams: list[str] = []
-    for piece in _HIRAGANA.split(run) if "\u3041" <= max(run) else (run,):
+    for piece in _HIRAGANA.split(run) if max(run) >= "\u3041" else (run,):
         clusters: list[str] = []
         for ch in piece:
             if clusters and unicodedata.category(ch).startswith("M"):
@@ -124,6 +124,8 @@ def fold(text: str) -> str:
     if lowered.isascii():
         return lowered
     return unicodedata.normalize("NFC", _DIACRITICS.sub("", unicodedata.normalize("NFD", lowered)))
+
+
 _MAX_SCHEMA_DEPTH: Final = 32
 _MAX_SCHEMA_PARTS: Final = 2000
 _CHILD_KEYS: Final = frozenset(
@@ -191,7 +193,8 @@ def query_words(query: str, *, keep_stop_words: bool = False) -> list[str]:
     for chunk, no_space in _chunks(query):
         if no_space:
             for gram in _grams(chunk):
-                words[gram] = None
+                if keep_stop_words or gram not in STOP_WORDS:
+                    words[gram] = None
             continue
         pieces = _camel_pieces(chunk)
         candidates = [chunk, *pieces] if len(pieces) > 1 else pieces
