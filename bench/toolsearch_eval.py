@@ -209,7 +209,10 @@ def run(dataset: DataSet, seed: int) -> dict[str, dict[str, list[float]]]:
 def report(dataset: DataSet, slices: dict[str, dict[str, list[float]]]) -> list[bool]:
     rows = []
     verdicts = []
-    for name, results in slices.items():
+    order = ["whole pool", *sorted(n for n in slices if n.startswith("  ")), f"{SMALL} tools"]
+    order += [n for n in slices if n not in order]
+    for name in order:
+        results = slices[name]
         mean = {c: sum(v) / len(v) for c, v in results.items()}
         best_part = max(mean["bm25"], mean["embedding"])
         ok = mean["hybrid"] >= best_part - 1e-12
