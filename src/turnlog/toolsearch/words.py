@@ -42,18 +42,17 @@ more most my no nor not now of off on once only or other our ours out over own s
 should so some such than that the their theirs them then there these they this those
 through to too under until up very was we were what when where which while who whom why
 will with would you your yours please want need use using
-le la les un une des du de au aux et ou où est sont pour par sur dans avec ce cette ces mon ma
-mes qui que quoi je tu il elle nous vous ils elles leur
-el los las unos unas del al es por para con en mi mis su sus lo como qué cómo
-der die das den dem des ein eine einen einem einer und oder ist sind mit von zu im auf
-für ich du er sie wir ihr mein meine bitte
-il gli di da nel della per che
+le la les un une des du de au aux et ou où est sont pour par sur dans avec ce cette ces ma mes
+qui que quoi je tu il elle nous vous ils elles leur el los las unos unas del al es por para con
+en mis su sus lo como qué cómo der das den dem des ein eine einen einem einer und oder ist
+sind von zu im auf für ich du er sie wir ihr mein meine bitte gli di da nel della per che
 の を に は が で と も へ や か ね よ から まで です ます
 """
 
 STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
 """Words dropped from queries: common English words, the articles, pronouns and prepositions
-of French, Spanish, German and Italian, and Japanese particles, that say nothing about a tool."""
+of French, Spanish, German and Italian, and Japanese particles, that say nothing about a tool.
+Those that are also English words or units ("die", "mit", "mon", "mi") are kept."""
 
 _SEPARATORS: Final = re.compile(r"[\W_]+")
 # Runs of characters from scripts that do not put spaces between words (Korean included, for
