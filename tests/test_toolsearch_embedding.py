@@ -330,7 +330,7 @@ class Fixed:
 def test_hybrid_fuses_the_two_rankings():
     keyword = Fixed(["a", "b", "c", "d"])
     semantic = Fixed(["c", "a", "e", "b"])
-    hybrid = HybridToolIndex(keyword, semantic, k=60, depth=4)
+    hybrid = HybridToolIndex(keyword, semantic, fusion="rrf", k=60, depth=4)
     hybrid.index_tools("s", TOOLS)
     hits = hybrid.search("s", "anything", max_results=3)
     expected = reciprocal_rank_fusion([keyword.ranking, semantic.ranking], k=60)[:3]

