@@ -12,7 +12,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from turnlog.events import Message, SessionEvent, TokenCount
 from turnlog.text import event_text, message_text
@@ -34,10 +34,10 @@ __all__ = [
 class TokenCounter(Protocol):
     """Anything with `count(text) -> int`.
 
-    A counter may also have an `identity` attribute: a string naming its encoding and the
-    version of the code that counts (`"o200k_base toktok-rs/0.3.0"`). The counts of a counter
-    with an identity are stored with the events at append and read back instead of tokenizing
-    again; a counter without one is never trusted with a stored count.
+    A counter may also have an `identity` attribute: a string of 1-255 characters naming its
+    encoding and the version of the code that counts (`"o200k_base toktok-rs/0.3.0"`). The
+    counts of a counter with an identity are stored with the events at append and read back
+    instead of tokenizing again; a counter without one is never trusted with a stored count.
     """
 
     def count(self, text: str) -> int:
@@ -76,6 +76,9 @@ class ByteEstimateCounter:
 
 
 _load_lock = threading.Lock()
+_new: Final = object.__new__
+_set_counter: Final = TokenCount.__dict__["counter"].__set__
+_set_count: Final = TokenCount.__dict__["count"].__set__
 
 
 class O200kCounter:
@@ -201,6 +204,8 @@ class EventTokens:
     def __init__(self, counter: TokenCounter, maxsize: int = 200_000) -> None:
         self.counter = counter
         self.identity = counter_identity(counter)
+        if self.identity is not None:
+            TokenCount(self.identity, 0)  # a name no store could keep is refused here
         self._maxsize = maxsize
         self._cache: OrderedDict[_Key, int] = OrderedDict()
         self._lock = threading.Lock()
@@ -294,7 +299,13 @@ class EventTokens:
         identity = self.identity
         if identity is None:
             return None
-        return TokenCount(identity, self.counter.count(message_text(message)))
+        count = self.counter.count(message_text(message))
+        if type(count) is not int or count < 0:
+            return TokenCount(identity, count)  # raises InvalidInput naming the bad count
+        made = _new(TokenCount)  # the identity was checked once, when this cache was made
+        _set_counter(made, identity)
+        _set_count(made, count)
+        return made
 
     def _count_texts(self, texts: list[str]) -> list[int]:
         many = getattr(self.counter, "count_many", None)
