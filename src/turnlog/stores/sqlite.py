@@ -463,9 +463,11 @@ class SqliteStore:
         decide (another version, an unknown session, an id already stored).
         """
         m = event.message
-        if check_rules and event.synthetic:
+        synthetic = event.synthetic
+        if check_rules and synthetic:
             return None  # the general path refuses it (or skips it when it is stored)
-        tail_needed = check_rules and m is not None and m.role != "system"
+        role = None if m is None else m.role
+        tail_needed = check_rules and role is not None and role != "system"
         tail: Tail | None = None
         fence: str | None = None
         if tail_needed:
@@ -478,22 +480,27 @@ class SqliteStore:
                     return None  # the general path tells a retry from a broken rule
                 fence = known[1]
         timestamp = event.timestamp
-        micros = _now_micros() if timestamp is None and self._clock is utc_now else None
-        if micros is None:
-            micros = to_micros(timestamp or self._clock())
-        row = (session_id, expected + 1, event.id, event.type.name, micros, event.role,
-               int(event.synthetic), encode_body(event))  # fmt: skip
-        if not tail_needed or tail is not None:
-            after = None if tail is None else (session_id, expected + 1, event.id, tail)
-            if expected == 0:
-                written = self._write_one(_INSERT_FIRST, row, after)
-            else:
-                written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after)
-            if written:
-                return expected + 1
-            if fence is None:
-                return None  # not at `expected`, no such session, or an id already stored
-            self._tails.forget(session_id)  # perhaps another handle wrote: read the log's end
+        if timestamp is not None:
+            micros = to_micros(timestamp)
+        elif self._clock is utc_now:
+            micros = time.time_ns() // 1000  # utc_now()'s clock, without building a datetime
+        else:
+            micros = to_micros(self._clock())
+        seq = expected + 1
+        row = (session_id, seq, event.id, event.type.name, micros, role, 1 if synthetic else 0,
+               encode_body(event))  # fmt: skip
+        if tail_needed and tail is None:
+            return self._append_read(session_id, event, expected, row)
+        after = None if tail is None else (session_id, seq, event.id, tail)
+        if expected == 0:
+            written = self._write_one(_INSERT_FIRST, row, after)
+        else:
+            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after)
+        if written:
+            return seq
+        if fence is None:
+            return None  # not at `expected`, no such session, or an id already stored
+        self._tails.forget(session_id)  # perhaps another handle wrote: read the log's end
         return self._append_read(session_id, event, expected, row)
 
     def _write_one(
@@ -881,11 +888,6 @@ class SqliteStore:
         with self._read() as conn:
             rows = self._by_ids(conn, session_id, [event_id])
         return _event(rows[0]) if rows else None
-
-
-def _now_micros() -> int:
-    """`to_micros(utc_now())` without building the datetime: the same system clock."""
-    return time.time_ns() // 1000
 
 
 def _session_row(session: Session) -> tuple[Any, ...]:
