@@ -216,7 +216,7 @@ def main() -> None:
                  f"pip install openai-agents=={PEER}")  # fmt: skip
     # blocks of commits that wait for the disk are short in count; those that do not are longer,
     # so that a block lasts milliseconds and a scheduling hiccup is a small part of it
-    rounds, per_block, per_fast = (3, 10, 50) if args.quick else (31, 40, 400)
+    rounds, per_block, per_fast = (3, 10, 50) if args.quick else (51, 20, 300)
     need, need_fast = (rounds + 1) * per_block, (rounds + 1) * per_fast
     rng = random.Random(args.seed)
     print(f"Appends at the peers' durability{' (--quick)' if args.quick else ''}")
