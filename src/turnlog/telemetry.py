@@ -2,8 +2,9 @@
 
 Nothing here is imported by `import turnlog`'s hot paths until first use, and everything is a
 no-op when the API is not installed (`pip install 'turnlog[otel]'` installs it). With the API
-installed but no SDK configured, a span costs one no-op `start_span` and no attribute is
-computed: every attribute, and every token count, is computed only for a span that records.
+installed but no SDK configured, a span costs a look at where the API keeps its global
+providers and no attribute is computed: every attribute, and every token count, is computed
+only for a span that records.
 
 What is traced (see docs/observability.md for every attribute):
 
