@@ -50,17 +50,28 @@ MEMORY_SCALE = 20
 block lasts milliseconds and the timer and the collector pass before it do not swamp it."""
 TARGET = 1.03
 _FIELDS = [k for k in vars(_State) if not k.startswith("__")]
+_HOLDERS = ("_TRACES", "_METERS")  # module globals of turnlog.telemetry: where providers are read
 
 
 def snapshot() -> dict[str, Any]:
-    return {k: getattr(_State, k) for k in _FIELDS}
+    return {
+        **{k: getattr(_State, k) for k in _FIELDS},
+        **{k: getattr(telemetry, k) for k in _HOLDERS},
+    }
 
 
 def modes() -> dict[str, dict[str, Any]]:
     """The telemetry state of each mode, to switch between them without re-resolving."""
     telemetry.configure()  # the global providers: the API's no-ops, since no SDK is set
     api = snapshot()
-    absent = {**api, "tracer": None, "view_size": None, "compactions": None, "token_usage": None}
+    absent = {
+        **api,
+        "tracer": None,
+        "view_size": None,
+        "compactions": None,
+        "token_usage": None,
+        **dict.fromkeys(_HOLDERS, telemetry._ABSENT),  # what loading without the API sets
+    }
     telemetry.configure(TracerProvider(), MeterProvider())
     sdk = snapshot()
     telemetry.configure()
@@ -69,7 +80,7 @@ def modes() -> dict[str, dict[str, Any]]:
 
 def use(state: dict[str, Any]) -> None:
     for k, v in state.items():
-        setattr(_State, k, v)
+        setattr(telemetry if k in _HOLDERS else _State, k, v)
 
 
 def contenders(

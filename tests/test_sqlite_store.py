@@ -18,9 +18,12 @@ from turnlog import (
     Message,
     Session,
     SessionEvent,
+    SessionNotFound,
     SessionService,
     SqliteStore,
     StoreError,
+    ToolCall,
+    ToolResult,
     VersionConflict,
     WindowCompactionStrategy,
 )
@@ -468,3 +471,75 @@ def test_a_bad_busy_timeout_is_refused_before_the_file_is_made(tmp_path, bad):
     with pytest.raises(InvalidInput, match="busy_timeout"):
         SqliteStore(tmp_path / "t.db", busy_timeout=bad)
     assert not (tmp_path / "t.db").exists()
+
+
+def _turn_events(sid):
+    call = ToolCall(id="c1", name="lookup", arguments='{"q": "x"}')
+    return (
+        SessionEvent.for_message(sid, Message.user("question")),
+        SessionEvent.for_message(sid, Message.assistant(tool_calls=[call])),
+        SessionEvent.for_message(sid, Message.tool([ToolResult("c1", "lookup", "found")])),
+    )
+
+
+def test_a_handle_whose_memory_of_the_log_is_stale_appends_by_the_log(tmp_path):
+    # The one-event append writes with one statement conditioned on what this handle remembers
+    # of the log's end; another handle's appends must make that write fail and be judged anew.
+    path = tmp_path / "t.db"
+    with SqliteStore(path) as mine, SqliteStore(path) as other:
+        mine.create_session(Session("s", created_at=T0))
+        user, call, result = _turn_events("s")
+        assert mine.append_events("s", [user], 0) == 1
+        assert mine.append_events("s", [call], 1) == 2  # remembered: c1 is open at version 2
+        assert other.append_events("s", [result], 2) == 3
+        more = SessionEvent.for_message("s", Message.user("next"))
+        assert other.append_events("s", [more], 3) == 4
+        late = SessionEvent.for_message("s", Message.tool([ToolResult("c1", "lookup", "again")]))
+        with pytest.raises(VersionConflict) as info:
+            mine.append_events("s", [late], 2)  # the version this handle wrote last
+        assert (info.value.expected, info.value.actual) == (2, 4)
+        with pytest.raises(InvalidInput, match="R1"):  # c1 was answered by the other handle
+            mine.append_events("s", [late], 4)
+        reply = SessionEvent.for_message("s", Message.assistant("done"))
+        assert mine.append_events("s", [reply], 4) == 5
+        ids = [user.id, call.id, result.id, more.id, reply.id]
+        assert [e.id for e in other.events("s")] == ids
+
+
+@pytest.mark.parametrize("check_rules", [True, False], ids=["system-message", "rules-off"])
+def test_an_expected_version_past_the_log_writes_nothing(tmp_path, check_rules):
+    # Without a tail to check, the one-event append is still conditioned on the row at the
+    # expected version: a version past the log's end must not leave a gap in it.
+    with SqliteStore(tmp_path / "t.db") as store:
+        store.create_session(Session("s", created_at=T0))
+        user, call, _ = _turn_events("s")
+        assert store.append_events("s", [user, call], 0) == 2
+        message = Message.system("rules") if check_rules else Message.user("q")
+        for expected in (5, 3, 1):
+            event = SessionEvent.for_message("s", message)
+            with pytest.raises(VersionConflict) as info:
+                store.append_events("s", [event], expected, check_rules=check_rules)
+            assert (info.value.expected, info.value.actual) == (expected, 2)
+        assert store.version("s") == 2
+        assert store.append_events("s", [event], 2, check_rules=check_rules) == 3
+        assert [e.seq for e in store.events("s")] == [1, 2, 3]
+
+
+def test_a_one_event_append_into_an_unknown_session_writes_nothing(tmp_path):
+    with SqliteStore(tmp_path / "t.db") as store:
+        for check_rules in (True, False):
+            event = SessionEvent.for_message("nobody", Message.user("hi"))
+            with pytest.raises(SessionNotFound):
+                store.append_events("nobody", [event], 0, check_rules=check_rules)
+        store.create_session(Session("nobody", created_at=T0))
+        assert store.events("nobody") == []
+
+
+def test_an_event_without_a_timestamp_is_stamped_now(tmp_path):
+    with SqliteStore(tmp_path / "t.db") as store:
+        store.create_session(Session("s", created_at=T0))
+        before = datetime.now(UTC)
+        store.append_events("s", [SessionEvent.for_message("s", Message.user("hi"))], 0)
+        after = datetime.now(UTC)
+        (stored,) = store.events("s")
+        assert stored.timestamp is not None and before <= stored.timestamp <= after

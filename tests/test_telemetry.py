@@ -306,3 +306,66 @@ def test_a_global_sdk_set_after_first_use_is_picked_up(tmp_path):
         "True",
         "['turnlog.view.size']",
     ]
+
+
+def test_providers_set_one_at_a_time_after_view_reads_are_seen(tmp_path):
+    # A view read skips its hooks while nothing would record (telemetry.idle()); each global
+    # provider set later, even one alone, must end that at the next read.
+    out = run_fresh(
+        """
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from turnlog import Message, SessionService, SqliteStore, telemetry
+
+        def sizes(reader):
+            data = reader.get_metrics_data()
+            if data is None:
+                return []
+            return [p.sum for rm in data.resource_metrics for sm in rm.scope_metrics
+                    for m in sm.metrics for p in m.data.data_points]
+
+        with SessionService(SqliteStore("t.db")) as svc:
+            svc.create("s")
+            svc.append_message("s", Message.user("hello"))
+            svc.view("s")
+            print(telemetry.idle())
+            reader = InMemoryMetricReader()
+            metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+            print(telemetry.idle())
+            svc.view("s")
+            svc.append_message("s", Message.assistant("hi"))
+            svc.view("s")
+            print(sizes(reader))
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            svc.view("s")
+            print([s.name for s in exporter.get_finished_spans()], sizes(reader))
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "True",
+        "False",
+        "[3]",  # two reads recorded (1 + 2 events), none before the provider
+        "['turnlog.view'] [5]",
+    ]
+
+
+def test_configured_providers_record_while_the_global_ones_are_unset(otel, tmp_path):
+    exporter, reader = otel
+    assert not telemetry.idle()
+    with SessionService(SqliteStore(tmp_path / "t.db")) as svc:
+        svc.create("s")
+        svc.append_message("s", Message.user("hello"))
+        svc.view("s")
+    assert [s.name for s in exporter.get_finished_spans()] == ["turnlog.append", "turnlog.view"]
+    assert [p.sum for p in metric_points(reader)["turnlog.view.size"]] == [1]
+    telemetry.configure()  # back to the global ones: unset here (tests that set them run apart)
+    assert telemetry.idle()

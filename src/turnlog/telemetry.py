@@ -2,8 +2,9 @@
 
 Nothing here is imported by `import turnlog`'s hot paths until first use, and everything is a
 no-op when the API is not installed (`pip install 'turnlog[otel]'` installs it). With the API
-installed but no SDK configured, a span costs one no-op `start_span` and no attribute is
-computed: every attribute, and every token count, is computed only for a span that records.
+installed but no SDK configured, a span costs a look at where the API keeps its global
+providers and no attribute is computed: every attribute, and every token count, is computed
+only for a span that records.
 
 What is traced (see docs/observability.md for every attribute):
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -60,14 +62,53 @@ class _State:
     context: Any = None
     status: Any = None
     client: Any = None
-    global_traces: bool = False
-    global_metrics: Any = None
     compactions: Any = None
     conflicts: Any = None
     tokens_saved: Any = None
     view_size: Any = None
     token_usage: Any = None
     content: bool | None = None
+
+
+# Whether anything records is read from two "holders": objects with a `_TRACER_PROVIDER` and a
+# `_METER_PROVIDER` attribute, None while no provider is there. While turnlog uses the global
+# providers they are the API's own modules (`opentelemetry.trace`, `opentelemetry.metrics.
+# _internal`), where `set_tracer_provider` and `set_meter_provider` store the providers, so a
+# provider set at any time, even after first use, is seen at the next call; without the API,
+# stand-ins that hold None; with providers given to `configure`, stand-ins that hold them.
+# Module globals, so that `idle()` is two global reads and two attribute reads.
+
+
+def _holder(name: str, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
+    holder = types.ModuleType(f"turnlog.telemetry.{name}")  # read as fast as the API's modules
+    setattr(holder, "_TRACER_PROVIDER", tracer_provider)  # noqa: B010
+    setattr(holder, "_METER_PROVIDER", meter_provider)  # noqa: B010
+    return holder
+
+
+class _Unresolved(types.ModuleType):
+    """The holders before first use: reading one resolves the API, then reads the real one."""
+
+    @property
+    def _TRACER_PROVIDER(self) -> Any:  # the API's name
+        _resolve()
+        return _TRACES._TRACER_PROVIDER
+
+    @property
+    def _METER_PROVIDER(self) -> Any:  # the API's name
+        _resolve()
+        return _METERS._METER_PROVIDER
+
+
+def _resolve() -> None:
+    _State.loaded = False  # the holders are set by loading: load (again, if they were not)
+    _load()
+
+
+_UNRESOLVED: Final = _Unresolved("turnlog.telemetry.unresolved")
+_ABSENT: Final = _holder("absent")  # the API is not installed: nothing is ever set
+_TRACES: Any = _UNRESOLVED
+_METERS: Any = _UNRESOLVED
 
 
 def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
@@ -81,6 +122,7 @@ def configure(tracer_provider: Any = None, meter_provider: Any = None) -> None:
 
 
 def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
+    global _TRACES, _METERS
     if _State.loaded:
         return _State.tracer
     _State.loaded = True
@@ -88,6 +130,7 @@ def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
         from opentelemetry import context, metrics, trace
         from opentelemetry.trace import Status, StatusCode
     except ImportError:
+        _TRACES = _METERS = _ABSENT
         return None
     from turnlog import __version__
 
@@ -95,13 +138,14 @@ def _load(tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     _State.client = trace.SpanKind.CLIENT
     # With the global provider, a span is skipped at once while none is set: the API's own
     # proxy tracer makes a no-op span then, and checking its global costs less than making it.
-    _State.global_traces = tracer_provider is None and hasattr(trace, "_TRACER_PROVIDER")
     # The same for metrics: while no meter provider is set globally, a point is not recorded
-    # (the API's proxy instruments would drop it anyway, at a cost).
+    # (the API's proxy instruments would drop it anyway, at a cost). A provider of one's own
+    # (or an API without these globals) is always used.
+    own = _holder("configured", True, True)
+    _TRACES = trace if tracer_provider is None and hasattr(trace, "_TRACER_PROVIDER") else own
     internal = getattr(metrics, "_internal", None)
-    _State.global_metrics = (
-        internal if meter_provider is None and hasattr(internal, "_METER_PROVIDER") else None
-    )
+    global_metrics = meter_provider is None and hasattr(internal, "_METER_PROVIDER")
+    _METERS = internal if global_metrics else own
     _State.status = (Status, StatusCode)
     _State.tracer = trace.get_tracer(
         INSTRUMENTATION_NAME, __version__, tracer_provider=tracer_provider
@@ -193,9 +237,9 @@ def span(
 ) -> Span:
     """A span named `name` (kind CLIENT when `client`), made the current span while it is
     entered unless `current` is False; the shared inert span when nothing records."""
-    tracer = _State.tracer if _State.loaded else _load()
-    if tracer is None or (_State.global_traces and _State.trace._TRACER_PROVIDER is None):
+    if _TRACES._TRACER_PROVIDER is None:  # the API absent, or no global provider set
         return _INERT
+    tracer = _State.tracer
     opened = tracer.start_span(name, kind=_State.client) if client else tracer.start_span(name)
     if not opened.is_recording():
         return _INERT
@@ -205,21 +249,18 @@ def span(
 
 
 def _metering() -> bool:
-    """False while the global meter provider is unset (points would be dropped)."""
-    internal = _State.global_metrics
-    return internal is None or internal._METER_PROVIDER is not None
+    """False while no metric point would be kept: the API absent, or the global meter provider
+    unset (points would be dropped)."""
+    return _METERS._METER_PROVIDER is not None
 
 
 def idle() -> bool:
     """True when no span would record and no metric point would be kept, so a hot path (a view
-    read) can skip its hooks altogether: the API is absent, or its global providers are unset."""
-    tracer = _State.tracer if _State.loaded else _load()
-    if tracer is None:
-        return True
-    if not _State.global_traces or _State.trace._TRACER_PROVIDER is not None:
-        return False
-    internal = _State.global_metrics
-    return internal is not None and internal._METER_PROVIDER is None
+    read) can skip its hooks altogether: the API is absent, or its global providers are unset.
+
+    A provider set globally later (`opentelemetry.trace.set_tracer_provider`, or the metrics
+    one) is seen by the next call: this reads where the API keeps them."""
+    return _TRACES._TRACER_PROVIDER is None and _METERS._METER_PROVIDER is None
 
 
 def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
@@ -227,9 +268,8 @@ def record_view(s: Span, view: Sequence[SessionEvent]) -> None:
 
     On the path of every view read, so written for speed: `_metering()` and `Span.set` inlined.
     """
-    size, internal = _State.view_size, _State.global_metrics
-    if size is not None and (internal is None or internal._METER_PROVIDER is not None):
-        size.record(len(view))
+    if _METERS._METER_PROVIDER is not None:
+        _State.view_size.record(len(view))
     if s._span is not None:
         s._span.set_attribute("turnlog.view.events", len(view))
 

@@ -474,6 +474,10 @@ class TailMemory:
 
     def remember(self, session_id: str, version: int, fence: str, tail: Tail) -> None:
         """Remember the log of `session_id` at `version`, its `fence` and its `tail`."""
+        entries = self._entries
+        if session_id in entries:  # an update: one atomic dict store, no lock needed
+            entries[session_id] = (version, fence, tail)
+            return
         with self._lock:
             if len(self._entries) >= self._limit and session_id not in self._entries:
                 self._entries.clear()

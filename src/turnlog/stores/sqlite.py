@@ -120,6 +120,19 @@ _INSERT: Final = (
     "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# One event as one statement (autocommit): the first of an existing session's log, or the one
+# after the row at seq ?9 (whose id is ?10 unless that is NULL). When there is no such session
+# or row, the seq is NULL and the NOT NULL constraint refuses the row; the primary key refuses a
+# seq taken. (A subquery in VALUES, not INSERT ... SELECT, which would read through a temp table.)
+_INSERT_FIRST: Final = (
+    "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
+    "VALUES (?1, (SELECT 1 FROM turnlog_sessions WHERE id = ?1), ?3, ?4, ?5, ?6, ?7, ?8)"
+)
+_INSERT_AFTER: Final = (
+    "INSERT INTO turnlog_events (session_id, seq, id, type, timestamp, role, synthetic, body) "
+    "VALUES (?1, (SELECT seq + 1 FROM turnlog_events WHERE session_id = ?1 AND seq = ?9 "
+    "AND (?10 IS NULL OR id = ?10)), ?3, ?4, ?5, ?6, ?7, ?8)"
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -443,44 +456,117 @@ class SqliteStore:
     ) -> int | None:
         """The commonest append, one message at its expected version, with nothing around it.
 
+        When the tail is known without reading the log (this handle's own last append to the
+        session, or no tail needed), it is one statement in autocommit mode: an insert
+        conditioned on the row at seq `expected` (and on its id, the fence of the handle's
+        memory); the primary key refuses it when the log is past `expected`. Otherwise the
+        newest row is read first, in one `BEGIN IMMEDIATE` transaction with the insert.
+
         Returns the new version, or None when it wrote nothing because the general path has to
         decide (another version, an unknown session, an id already stored).
         """
         m = event.message
-        tail_needed = check_rules and m is not None and not event.synthetic and m.role != "system"
-        if check_rules and event.synthetic:
+        synthetic = event.synthetic
+        if check_rules and synthetic:
             return None  # the general path refuses it (or skips it when it is stored)
-        body = encode_body(event)
-        micros = to_micros(event.timestamp or self._clock())
+        role = None if m is None else m.role
+        tail_needed = check_rules and role is not None and role != "system"
+        tail: Tail | None = None
+        fence: str | None = None
+        if tail_needed:
+            # the tail without reading: an empty log's, or this handle's memory of the log
+            known = (expected, None, EMPTY_TAIL) if expected == 0 else self._tails.get(session_id)
+            if known is not None and known[0] == expected:
+                try:
+                    tail = check_one(known[2], event)
+                except InvalidInput:
+                    return None  # the general path tells a retry from a broken rule
+                fence = known[1]
+        timestamp = event.timestamp
+        if timestamp is not None:
+            micros = to_micros(timestamp)
+        elif self._clock is utc_now:
+            micros = time.time_ns() // 1000  # utc_now()'s clock, without building a datetime
+        else:
+            micros = to_micros(self._clock())
+        seq = expected + 1
+        row = (session_id, seq, event.id, event.type.name, micros, role, 1 if synthetic else 0,
+               encode_body(event))  # fmt: skip
+        if tail_needed and tail is None:
+            return self._append_read(session_id, event, expected, row)
+        after = None if tail is None else (session_id, seq, event.id, tail)
+        if expected == 0:
+            written = self._write_one(_INSERT_FIRST, row, after)
+        else:
+            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after)
+        if written:
+            return seq
+        if fence is None:
+            return None  # not at `expected`, no such session, or an id already stored
+        self._tails.forget(session_id)  # perhaps another handle wrote: read the log's end
+        return self._append_read(session_id, event, expected, row)
+
+    def _write_one(
+        self, sql: str, params: tuple[Any, ...], tail: tuple[str, int, str, Tail] | None
+    ) -> bool:
+        """Run one insert in autocommit mode, under the write lock: whether it wrote its row
+        (False: a constraint refused it). When it did, `tail` (session, version, newest id,
+        `Tail`), if given, is remembered before the lock is released. As in `_immediate`, the
+        time spent waiting for the lock is taken off SQLite's busy timeout."""
+        conn = self._conn()
+        lock = self._write_lock
+        left = None
+        if not lock.acquire(blocking=False):  # taken: wait, and count the wait
+            started = time.monotonic()
+            if not lock.acquire(timeout=self._busy_timeout):
+                raise _translate(
+                    sqlite3.OperationalError("database is locked by another thread of this store"),
+                    self.path,
+                )
+            waited = time.monotonic() - started
+            if waited >= _NEGLIGIBLE_WAIT:
+                left = max(0, int((self._busy_timeout - waited) * 1000))
+        try:
+            if left is not None:
+                conn.execute(f"PRAGMA busy_timeout = {left}")
+            try:
+                conn.execute(sql, params)
+            except sqlite3.IntegrityError:
+                return False
+            finally:
+                if left is not None:
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            if tail is not None:
+                self._tails.remember(*tail)
+            return True
+        except sqlite3.DatabaseError as exc:
+            _rollback(conn)  # nothing to end in autocommit mode, unless SQLite left it open
+            raise _translate(exc, self.path) from exc
+        finally:
+            lock.release()
+
+    def _append_read(
+        self, session_id: str, event: SessionEvent, expected: int, row: tuple[Any, ...]
+    ) -> int | None:
+        """`_append_one` when the tail has to be read: the newest row, then the insert."""
         with self._immediate() as conn:
             done = False
             try:
-                last = None
-                if tail_needed:
-                    last = conn.execute(_LAST_ID, (session_id,)).fetchone()
-                # rows exist only for a session that does (a delete removes both at once)
-                row = (last[0], 1) if last else conn.execute(_VERSION, (session_id,)).fetchone()
-                tail = None
-                if tail_needed and row[1] and (row[0] or 0) == expected:
-                    try:
-                        tail = check_one(self._tail_at(conn, session_id, last), event)
-                    except InvalidInput:
-                        return None  # the general path tells a retry from a broken rule
-                if row[1] and (row[0] or 0) == expected:
-                    try:
-                        conn.execute(
-                            _INSERT,
-                            (session_id, expected + 1, event.id, event.type.name, micros,
-                             event.role, int(event.synthetic), body),
-                        )  # fmt: skip
-                    except sqlite3.IntegrityError:
-                        return None
-                    conn.execute("COMMIT")
-                    done = True
-                    if tail is not None:
-                        self._tails.remember(session_id, expected + 1, event.id, tail)
-                    return expected + 1
-                return None
+                last = conn.execute(_LAST_ID, (session_id,)).fetchone()
+                if last is None or last[0] != expected:
+                    return None
+                try:
+                    tail = check_one(self._tail_at(conn, session_id, last), event)
+                except InvalidInput:
+                    return None  # the general path tells a retry from a broken rule
+                try:
+                    conn.execute(_INSERT, row)
+                except sqlite3.IntegrityError:
+                    return None
+                conn.execute("COMMIT")
+                done = True
+                self._tails.remember(session_id, expected + 1, event.id, tail)
+                return expected + 1
             except sqlite3.DatabaseError as exc:
                 raise _translate(exc, self.path) from exc
             finally:
