@@ -266,6 +266,47 @@ def test_import_turnlog_does_not_import_opentelemetry(tmp_path):
     assert out.stdout.strip() == "False"
 
 
+def test_using_turnlog_imports_opentelemetry_only_once_the_application_has(tmp_path):
+    # A worker's first append, view read and compaction do not pay for importing the API
+    # (20-50 ms) while nothing in the process uses it; once the application imports it and
+    # sets a provider, the next call records.
+    out = run_fresh(
+        """
+        import sys
+        from turnlog import (CompactionWindow, Message, SessionService, SqliteStore,
+                             WindowCompactionStrategy)
+
+        def otel():
+            return any(m.startswith("opentelemetry") for m in sys.modules)
+
+        with SessionService(SqliteStore("t.db"), record_tokens=False) as svc:
+            svc.create("s")
+            for n in range(4):
+                svc.append_message("s", Message.user(f"question {n}"))
+                svc.append_message("s", Message.assistant(f"answer {n}"))
+            svc.view("s")
+            strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+            assert not svc.compact("s", lambda r: True, strategy).unchanged
+            print(otel())
+            from opentelemetry import trace
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+                InMemorySpanExporter,
+            )
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            svc.append_message("s", Message.user("traced now"))
+        print([s.name for s in exporter.get_finished_spans()])
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["False", "['turnlog.append']"]
+
+
 def test_a_global_sdk_set_after_first_use_is_picked_up(tmp_path):
     # The usual setup: the application sets the global providers, maybe after turnlog was
     # already used (spans skipped until then). A fresh process, since globals are set once.

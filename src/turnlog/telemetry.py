@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -87,15 +88,24 @@ def _holder(name: str, tracer_provider: Any = None, meter_provider: Any = None) 
 
 
 class _Unresolved(types.ModuleType):
-    """The holders before first use: reading one resolves the API, then reads the real one."""
+    """The holders before first use: reading one resolves the API, then reads the real one.
+
+    While nothing in the process has imported the API, no provider can have been set (setting
+    one imports it), so nothing is resolved yet: turnlog does not import the API itself (20-50
+    ms, paid by the first call of a new worker otherwise) until the application has.
+    """
 
     @property
     def _TRACER_PROVIDER(self) -> Any:  # the API's name
+        if _API not in sys.modules:
+            return None
         _resolve()
         return _TRACES._TRACER_PROVIDER
 
     @property
     def _METER_PROVIDER(self) -> Any:  # the API's name
+        if _API not in sys.modules:
+            return None
         _resolve()
         return _METERS._METER_PROVIDER
 
@@ -105,6 +115,7 @@ def _resolve() -> None:
     _load()
 
 
+_API: Final = "opentelemetry"
 _UNRESOLVED: Final = _Unresolved("turnlog.telemetry.unresolved")
 _ABSENT: Final = _holder("absent")  # the API is not installed: nothing is ever set
 _TRACES: Any = _UNRESOLVED
@@ -314,7 +325,7 @@ def record_compaction(
         view: the view the pass started from.
         counter: tokens of the events a view sends; called only when the span records.
     """
-    if not _State.loaded:
+    if not _State.loaded and _API in sys.modules:
         _load()
     outcome = "conflict" if result.conflict else "unchanged" if result.unchanged else "compacted"
     name = str(getattr(strategy, "name", type(strategy).__name__))
@@ -366,7 +377,7 @@ def model_span(model: object, session_id: str, messages: Sequence[Message]) -> S
 
 def record_response(s: Span, model: object, response: ChatResponse) -> None:
     """A model call's response attributes and the token-usage metric."""
-    if not _State.loaded:
+    if not _State.loaded and _API in sys.modules:
         _load()
     usage = response.usage
     provider = getattr(model, "provider", None)
