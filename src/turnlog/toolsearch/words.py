@@ -387,7 +387,7 @@ def _check_json(tool: ToolReference, triple: tuple[object, ...]) -> None:
     try:
         if _decoder.decode(_encoder.encode(triple)) == list(triple):
             return
-    except Exception:  # noqa: BLE001, S110 - whatever msgspec refuses, json.dumps decides
+    except Exception:  # whatever msgspec refuses, json.dumps decides
         pass
     _json_bytes(tool)
 
