@@ -162,7 +162,7 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             search.evict("new")  # the previous round's set: its table is emptied for reuse
             given = tools_for(n)
             if cold:  # names never split either: a catalogue's first prepare in a process
-                words._name_cache.clear()
+                words._forget_names()
             return lambda: search.prepare("new", given)
 
         return setup

@@ -151,17 +151,18 @@ SCHEMAS = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(NAMES)
 def test_name_words_match_the_reference_split_cold_and_cached(name):
-    words._name_cache.clear()
+    words._forget_names()
     assert words.name_words(name) == ref_name_words(name)
     assert words.name_words(name) == ref_name_words(name)  # from the cache now
 
 
 def test_the_words_of_names_are_kept_for_a_bounded_number_of_names(monkeypatch):
     monkeypatch.setattr(words, "_NAME_CACHE_MAX", 4)
-    words._name_cache.clear()
+    words._forget_names()
     for i in range(20):
         assert words.name_words(f"getItem{i}") == ["get", "item", str(i), f"getitem{i}"]
-        assert len(words._name_cache) <= 4
+        assert words.schema_text({"properties": {f"p{i}Q": {}}}) == f"p {i} q p{i}q"
+        assert len(words._name_cache) <= 4 and len(words._property_cache) <= 4
     # The list handed out is a copy: editing it changes nothing kept.
     listed = words.name_words("getItem19")
     listed.append("x")
@@ -169,8 +170,10 @@ def test_the_words_of_names_are_kept_for_a_bounded_number_of_names(monkeypatch):
 
 
 @settings(max_examples=400, deadline=None)
-@given(SCHEMAS)
-def test_schema_text_matches_the_reference_walk(schema):
+@given(SCHEMAS, st.booleans())
+def test_schema_text_matches_the_reference_walk(schema, cold):
+    if cold:
+        words._forget_names()
     assert words.schema_text(schema) == ref_schema_text(schema)
 
 
@@ -257,3 +260,15 @@ def test_check_tools_digests_new_tools_so_the_fingerprint_serializes_nothing(mon
     monkeypatch.setattr(words, "marshal", types.SimpleNamespace(dumps=None))
     monkeypatch.setattr(words, "_check_tool", None)
     assert len(words.tools_fingerprint(checked, ordered=False)) == 64
+
+
+def test_the_recent_cache_reads_and_writes_in_batches_least_recent_out_first():
+    from turnlog.toolsearch._sets import RecentCache
+
+    cache: RecentCache[str, int] = RecentCache(3)
+    cache.put_many([("a", 1), ("b", 2), ("c", 3)])
+    assert cache.get_many(["a", "x", "c"]) == [1, None, 3]  # a and c now the most recent
+    cache.put_many([("d", 4)])
+    assert cache.get_many(["b"]) == [None]  # b was the least recent
+    cache.put_many([("e", 5), ("f", 6), ("g", 7), ("h", 8)])
+    assert len(cache) == 3 and cache.get_many(["f", "g", "h"]) == [6, 7, 8]

@@ -257,7 +257,7 @@ def _is_list(node: object) -> bool:
     )
 
 
-# What the walk does with a schema key's value.
+# What the walk does with a schema key's value: one dictionary lookup per key.
 _TEXT, _PROPERTIES, _ENUM, _CHILD, _DEFS = range(5)
 _KEY_KINDS: Final[dict[object, int]] = {
     "title": _TEXT,
@@ -267,10 +267,10 @@ _KEY_KINDS: Final[dict[object, int]] = {
     **dict.fromkeys(_CHILD_KEYS, _CHILD),
     **dict.fromkeys(_DEFS_KEYS, _DEFS),
 }
-_WALKED_KEYS: Final = frozenset(_KEY_KINDS)
 
 
 def _walk(node: object, depth: int, parts: list[str]) -> None:
+    # The hot loop of indexing a new tool: exact types tested first, no helper calls for them.
     if depth > _MAX_SCHEMA_DEPTH or len(parts) >= _MAX_SCHEMA_PARTS:
         return
     if type(node) is not dict and not isinstance(node, Mapping):
@@ -278,32 +278,49 @@ def _walk(node: object, depth: int, parts: list[str]) -> None:
             for item in node:  # type: ignore[attr-defined]
                 _walk(item, depth + 1, parts)
         return
-    # The keys the walk reads, found in C; in the mapping's order only when there are several
-    # (most schemas of a property hold one: "description").
-    found = node.keys() & _WALKED_KEYS
-    if not found:
-        return
-    keys = found if len(found) == 1 else [key for key in node if key in found]
-    for key in keys:
-        kind = _KEY_KINDS[key]
-        value = node[key]
+    kind_of = _KEY_KINDS.get
+    for key, value in node.items():
+        kind = kind_of(key)
+        if kind is None:
+            continue
         if kind == _TEXT:
             if type(value) is str or isinstance(value, str):
                 parts.append(value)
         elif kind == _PROPERTIES:
-            if _is_mapping(value):
+            if type(value) is dict or isinstance(value, Mapping):
+                below = depth + 1
                 for prop, sub in value.items():
-                    if isinstance(prop, str):
-                        parts.append(" ".join(_name_words(prop)))
-                    _walk(sub, depth + 1, parts)
+                    if type(prop) is str or isinstance(prop, str):
+                        parts.append(_property_text(prop))
+                    _walk(sub, below, parts)
         elif kind == _ENUM:
-            if _is_list(value):
-                parts.extend(v for v in value if isinstance(v, str))
+            if type(value) is list or _is_list(value):
+                parts.extend([v for v in value if type(v) is str or isinstance(v, str)])
         elif kind == _CHILD:
             _walk(value, depth + 1, parts)
         elif _is_mapping(value):  # $defs, definitions
             for sub in value.values():
                 _walk(sub, depth + 1, parts)
+
+
+# A property name's words joined, by name (see _name_cache).
+_property_cache: dict[str, str] = {}
+
+
+def _forget_names() -> None:
+    """Empty the caches of names' words (for tests and benchmarks: a process's first tools)."""
+    _name_cache.clear()
+    _property_cache.clear()
+
+
+def _property_text(name: str) -> str:
+    text = _property_cache.get(name)
+    if text is None:
+        text = " ".join(_name_words(name))
+        if len(_property_cache) >= _NAME_CACHE_MAX:
+            _property_cache.clear()
+        _property_cache[name] = text
+    return text
 
 
 def _plain(value: object) -> object:
