@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -114,6 +114,26 @@ class RecentCache(Generic[K, V]):
             self._items.move_to_end(key)
             while len(self._items) > self._limit:
                 self._items.popitem(last=False)
+
+    def get_many(self, keys: Sequence[K]) -> list[V | None]:
+        """`get` of each key, under one lock."""
+        with self._lock:
+            items = self._items
+            found = [items.get(key) for key in keys]
+            for key, value in zip(keys, found, strict=True):
+                if value is not None:
+                    items.move_to_end(key)
+            return found
+
+    def put_many(self, pairs: Sequence[tuple[K, V]]) -> None:
+        """`put` of each pair, under one lock."""
+        with self._lock:
+            items = self._items
+            for key, value in pairs:
+                items[key] = value
+                items.move_to_end(key)
+            while len(items) > self._limit:
+                items.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:

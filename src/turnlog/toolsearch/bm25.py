@@ -173,7 +173,7 @@ class Bm25ToolIndex:
                 return
             held = self._sets.value(key)
         # The text is made outside the lock: other sessions search meanwhile.
-        rows = None if held is not None else [self._row(tool) for tool in checked]
+        rows = None if held is not None else self._make_rows(checked)
         with self._lock:
             conn = self._connection()
             if self._sets.key(session_id) == key:
@@ -181,7 +181,7 @@ class Bm25ToolIndex:
             held = self._sets.value(key)
             if held is None:
                 if rows is None:  # the set was released meanwhile
-                    rows = [self._row(tool) for tool in checked]
+                    rows = self._make_rows(checked)
                 held = (self._fill(conn, rows), tuple(tool.name for tool in checked))
             made = held
             released = self._sets.attach(session_id, key, lambda: made)
@@ -214,14 +214,20 @@ class Bm25ToolIndex:
             raise
         return table
 
-    def _row(self, tool: ToolReference) -> tuple[str, str, str]:
-        """The tool's indexed text: its name's words, its description, its parameters."""
-        digest = tool_digest(tool)
-        row = self._rows.get(digest)
-        if row is None:
-            row = tool_row(tool)
-            self._rows.put(digest, row)
-        return row
+    def _make_rows(self, tools: list[ToolReference]) -> list[tuple[str, str, str]]:
+        """The tools' indexed text (see `tool_row`); rows made before come from the cache,
+        read and written under one lock each."""
+        digests = [tool._digest or tool_digest(tool) for tool in tools]
+        rows: list[tuple[str, str, str]] = []
+        made: list[tuple[bytes, tuple[str, str, str]]] = []
+        for tool, digest, row in zip(tools, digests, self._rows.get_many(digests), strict=True):
+            if row is None:
+                row = tool_row(tool)
+                made.append((digest, row))
+            rows.append(row)
+        if made:
+            self._rows.put_many(made)
+        return rows
 
     def _release(self, conn: sqlite3.Connection, table: str) -> None:
         """Empty a set's table for reuse, or drop it when enough are spare (lock held)."""

@@ -18,8 +18,11 @@ import marshal
 import re
 import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
+
+import msgspec
 
 from turnlog.errors import InvalidInput
 from turnlog.toolsearch.base import ToolReference
@@ -171,16 +174,38 @@ def name_words(name: str) -> list[str]:
     Returns:
         The words, in order, each once.
     """
-    words: dict[str, None] = {}
-    for chunk in _SEPARATORS.split(name):
-        if not chunk:
-            continue
-        pieces = _camel_pieces(chunk)
-        for piece in pieces:
-            words[piece.lower()] = None
-        if len(pieces) > 1:
-            words[chunk.lower()] = None
-    return list(words)
+    return list(_name_words(name))
+
+
+_NAME_CACHE_MAX: Final = 8192
+# The words of the last names split, by name: property names ("location", "unit", "query")
+# recur across a catalogue's tools. Emptied when full; read and written without a lock (one
+# dictionary operation each, atomic under the GIL; a race only splits a name twice).
+_name_cache: dict[str, tuple[str, ...]] = {}
+
+
+def _name_words(name: str) -> tuple[str, ...]:
+    """`name_words`, as a tuple kept in `_name_cache`."""
+    words = _name_cache.get(name)
+    if words is not None:
+        return words
+    if name.isascii() and name.isalpha() and (name.islower() or name.isupper()):
+        words = (name.lower(),)  # one plain word: the usual property name
+    else:
+        found: dict[str, None] = {}
+        for chunk in _SEPARATORS.split(name):
+            if not chunk:
+                continue
+            pieces = _camel_pieces(chunk)
+            for piece in pieces:
+                found[piece.lower()] = None
+            if len(pieces) > 1:
+                found[chunk.lower()] = None
+        words = tuple(found)
+    if len(_name_cache) >= _NAME_CACHE_MAX:
+        _name_cache.clear()
+    _name_cache[name] = words
+    return words
 
 
 def query_words(query: str, *, keep_stop_words: bool = False) -> list[str]:
@@ -232,32 +257,70 @@ def _is_list(node: object) -> bool:
     )
 
 
+# What the walk does with a schema key's value: one dictionary lookup per key.
+_TEXT, _PROPERTIES, _ENUM, _CHILD, _DEFS = range(5)
+_KEY_KINDS: Final[dict[object, int]] = {
+    "title": _TEXT,
+    "description": _TEXT,
+    "properties": _PROPERTIES,
+    "enum": _ENUM,
+    **dict.fromkeys(_CHILD_KEYS, _CHILD),
+    **dict.fromkeys(_DEFS_KEYS, _DEFS),
+}
+
+
 def _walk(node: object, depth: int, parts: list[str]) -> None:
+    # The hot loop of indexing a new tool: exact types tested first, no helper calls for them.
     if depth > _MAX_SCHEMA_DEPTH or len(parts) >= _MAX_SCHEMA_PARTS:
         return
-    if not _is_mapping(node):
+    if type(node) is not dict and not isinstance(node, Mapping):
         if _is_list(node):
             for item in node:  # type: ignore[attr-defined]
                 _walk(item, depth + 1, parts)
         return
-    for key, value in node.items():  # type: ignore[attr-defined]
-        if key == "title" or key == "description":
-            if isinstance(value, str):
+    kind_of = _KEY_KINDS.get
+    for key, value in node.items():
+        kind = kind_of(key)
+        if kind is None:
+            continue
+        if kind == _TEXT:
+            if type(value) is str or isinstance(value, str):
                 parts.append(value)
-        elif key == "properties":
-            if _is_mapping(value):
+        elif kind == _PROPERTIES:
+            if type(value) is dict or isinstance(value, Mapping):
+                below = depth + 1
                 for prop, sub in value.items():
-                    if isinstance(prop, str):
-                        parts.append(" ".join(name_words(prop)))
-                    _walk(sub, depth + 1, parts)
-        elif key == "enum":
-            if _is_list(value):
-                parts.extend(v for v in value if isinstance(v, str))
-        elif key in _CHILD_KEYS:
+                    if type(prop) is str or isinstance(prop, str):
+                        parts.append(_property_text(prop))
+                    _walk(sub, below, parts)
+        elif kind == _ENUM:
+            if type(value) is list or _is_list(value):
+                parts.extend([v for v in value if type(v) is str or isinstance(v, str)])
+        elif kind == _CHILD:
             _walk(value, depth + 1, parts)
-        elif key in _DEFS_KEYS and _is_mapping(value):
+        elif _is_mapping(value):  # $defs, definitions
             for sub in value.values():
                 _walk(sub, depth + 1, parts)
+
+
+# A property name's words joined, by name (see _name_cache).
+_property_cache: dict[str, str] = {}
+
+
+def _forget_names() -> None:
+    """Empty the caches of names' words (for tests and benchmarks: a process's first tools)."""
+    _name_cache.clear()
+    _property_cache.clear()
+
+
+def _property_text(name: str) -> str:
+    text = _property_cache.get(name)
+    if text is None:
+        text = " ".join(_name_words(name))
+        if len(_property_cache) >= _NAME_CACHE_MAX:
+            _property_cache.clear()
+        _property_cache[name] = text
+    return text
 
 
 def _plain(value: object) -> object:
@@ -271,8 +334,10 @@ _VALIDATED_MAX: Final = 16_384
 # Digests whose content was checked to be JSON, oldest first: a new object equal to a tool seen
 # before (a tool list rebuilt from the same definitions) skips the JSON check. Read without the
 # lock (one dictionary lookup), written under it.
-_validated: dict[bytes, None] = {}
+_validated: OrderedDict[bytes, None] = OrderedDict()
 _validated_lock: Final = threading.Lock()
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder()
 
 
 def tool_digest(tool: ToolReference) -> bytes:
@@ -281,9 +346,10 @@ def tool_digest(tool: ToolReference) -> bytes:
     Computed once per `ToolReference` and kept on the object (tools are frozen; their
     parameters must not be edited in place), so a tool prepared again costs an attribute read.
     The first time, the tool is serialized with `marshal` (in C, about 3 us for a BFCL tool)
-    and hashed with SHA-256; content never seen before is also checked to be JSON (a tool
-    equal to one checked earlier is not checked again). Equal tools built the same way have
-    the same digest; two tools with the same digest are equal.
+    and hashed with SHA-256; content never seen before is also checked to be JSON (encoded and
+    decoded back by msgspec, about 4 us; a tool equal to one checked earlier is not checked
+    again). Equal tools built the same way have the same digest; two tools with the same
+    digest are equal.
 
     Returns:
         32 bytes.
@@ -296,10 +362,16 @@ def tool_digest(tool: ToolReference) -> bytes:
     if digest is not None:
         return digest
     _check_tool(tool)  # so that a digested tool is a checked one (see check_tools)
+    return _digest(tool)
+
+
+def _digest(tool: ToolReference) -> bytes:
+    """`tool_digest` of a tool `_check_tool` passed, kept on the tool."""
     triple = (tool.name, tool.description, tool.parameters)
     try:
         # Version 2: no back-references and no interning flags, so equal content built alike
-        # gives the same bytes.
+        # gives the same bytes. marshal takes only the exact built-in types (no subclass, no
+        # Mapping but dict), so that the digest tells a tuple from a list and a set from both.
         data = b"m" + marshal.dumps(triple, 2)  # type: ignore[arg-type]
     except ValueError:  # a Mapping that is not a dict, an enum, something not JSON...
         data = b"j" + _json_bytes(tool)
@@ -307,13 +379,34 @@ def tool_digest(tool: ToolReference) -> bytes:
     else:
         digest = hashlib.sha256(data).digest()
         if digest not in _validated:
-            _json_bytes(tool)  # raises on what JSON cannot carry, and on lone surrogates
+            _check_json(tool, triple)
             with _validated_lock:
                 _validated[digest] = None
-                while len(_validated) > _VALIDATED_MAX:
-                    del _validated[next(iter(_validated))]
+                if len(_validated) > _VALIDATED_MAX:
+                    _validated.popitem(last=False)
     object.__setattr__(tool, "_digest", digest)
     return digest
+
+
+def _check_json(tool: ToolReference, triple: tuple[object, ...]) -> None:
+    """Check that content `marshal` took is JSON.
+
+    The quick way, in C: msgspec encodes it and decodes it back, and the result equals the
+    original only when it is made of dicts with string keys, lists, strings, numbers (no NaN),
+    booleans and None (marshal let through no other mapping, no subclass; a set, bytes or a
+    tuple come back as something else). Anything else (a tuple, an integer key, NaN, a set,
+    bytes, a lone surrogate) goes the slow way, the JSON the standard library writes, which
+    decides.
+
+    Raises:
+        InvalidInput: see `_json_bytes`.
+    """
+    try:
+        if _decoder.decode(_encoder.encode(triple)) == list(triple):
+            return
+    except Exception:  # whatever msgspec refuses, json.dumps decides
+        pass
+    _json_bytes(tool)
 
 
 def _json_bytes(tool: ToolReference) -> bytes:
@@ -365,14 +458,16 @@ def _canonical(value: object) -> str:
 
 
 def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
-    """`tools` as a list, checked.
+    """`tools` as a list, checked, each tool digested (`tool_digest`).
 
-    A tool that already has its digest (`tool_digest`) was checked then: only its name's
-    uniqueness is checked again.
+    A tool that already has its digest was checked then: only its name's uniqueness is
+    checked again. A new one is checked and digested here, so `tools_fingerprint` of the list
+    reads one attribute per tool.
 
     Raises:
         InvalidInput: an item is not a `ToolReference`, has a blank name, a non-string
-            description or text that is not valid Unicode, or two tools share a name.
+            description, text that is not valid Unicode or parameters JSON cannot carry, or
+            two tools share a name.
     """
     if isinstance(tools, (str, bytes, Mapping)):
         raise InvalidInput(f"tools must be a sequence of ToolReference, got {type(tools).__name__}")
@@ -381,6 +476,8 @@ def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
     for tool in checked:
         if type(tool) is not ToolReference or tool._digest is None:
             _check_tool(tool)
+            if tool._digest is None:
+                _digest(tool)
         if tool.name in seen:
             raise InvalidInput(f"two tools are named {tool.name!r}: tool names must be unique")
         seen.add(tool.name)
