@@ -77,7 +77,7 @@ def store_appender(store: SqliteStore, events: list[SessionEvent], per_block: in
 def main() -> None:
     args = parse_args(__doc__)
     rounds, per_block = (5, 40) if args.quick else (31, 200)
-    full_rounds, full_block = (3, 10) if args.quick else (15, 25)
+    full_rounds, full_block = (3, 10) if args.quick else (61, 50)
     counter = O200kCounter()
     counter.count("load the vocabulary")  # once per process, not timed here
 
