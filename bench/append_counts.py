@@ -28,6 +28,7 @@ import random  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Literal  # noqa: E402
 
 from _harness import (  # noqa: E402
     Block,
@@ -85,25 +86,31 @@ def main() -> None:
         talk = conversation(random.Random(f"{args.seed}-{tag}"), prefix=tag)
         return [next(talk) for _ in range(n)]
 
-    quick = " (--quick: not the reported figures)" if args.quick else ""
-    print(f"Token counts stored at append, SQLite{quick}")
-    print(machine())
-    with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
-        services: dict[str, SessionService] = {}
-        contenders: dict[str, Block] = {}
+    services: dict[str, SessionService] = {}
+
+    def services_for(
+        sync: Literal["NORMAL", "FULL"], n_rounds: int, block: int
+    ) -> dict[str, Block]:
+        """A counting and a not-counting service at `sync`, each on its own file."""
+        out: dict[str, Block] = {}
         for mode in ("counting", "not counting"):
-            path = Path(tmp, f"NORMAL-{mode}.db".replace(" ", "-"))
             svc = SessionService(
-                SqliteStore(path, synchronous="NORMAL"),
+                SqliteStore(Path(tmp, f"{sync}-{mode}.db".replace(" ", "-")), synchronous=sync),
                 token_counter=counter,
                 record_tokens=mode == "counting",
             )
             svc.create(SESSION)
-            services[f"NORMAL {mode}"] = svc
-            need = (rounds + 1) * per_block
-            contenders[f"NORMAL {mode}"] = service_appender(
-                svc, messages(need, "normal"), per_block
-            )
+            services[f"{sync} {mode}"] = svc
+            need = (n_rounds + 1) * block
+            out[f"{sync} {mode}"] = service_appender(svc, messages(need, sync), block)
+        return out
+
+    quick = " (--quick: not the reported figures)" if args.quick else ""
+    print(f"Token counts stored at append, SQLite{quick}")
+    print(machine())
+    with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
+        contenders: dict[str, Block] = {}
+        contenders.update(services_for("NORMAL", rounds, per_block))
         # the store alone: events that carry their count vs the same events without
         need = (rounds + 1) * per_block
         plain = message_events(
@@ -121,18 +128,7 @@ def main() -> None:
             contenders[name] = store_appender(store, events, per_block)
         timed = interleave(contenders, rounds, args.seed)
 
-        full: dict[str, Block] = {}
-        for mode in ("counting", "not counting"):
-            path = Path(tmp, f"FULL-{mode}.db".replace(" ", "-"))
-            svc = SessionService(
-                SqliteStore(path, synchronous="FULL"),
-                token_counter=counter,
-                record_tokens=mode == "counting",
-            )
-            svc.create(SESSION)
-            services[f"FULL {mode}"] = svc
-            need_full = (full_rounds + 1) * full_block
-            full[f"FULL {mode}"] = service_appender(svc, messages(need_full, "full"), full_block)
+        full = services_for("FULL", full_rounds, full_block)
         timed.update(interleave(full, full_rounds, args.seed))
 
         counted_back = services["NORMAL counting"].events(SESSION)

@@ -89,7 +89,11 @@ ERROR_FIXTURES = json.loads(
 
 
 def _decode_error_fixture(name):
-    row = ERROR_FIXTURES[name]
+    return _decode_row(ERROR_FIXTURES, name)
+
+
+def _decode_row(fixtures, name):
+    row = fixtures[name]
     return decode_event(
         event_id=name,
         session_id="s",
@@ -199,16 +203,7 @@ TOKEN_FIXTURES = json.loads(
 
 
 def _decode_tokens_fixture(name):
-    row = TOKEN_FIXTURES[name]
-    return decode_event(
-        event_id=name,
-        session_id="s",
-        seq=1,
-        type_name=row["type"],
-        timestamp_micros=1_700_000_000_000_000,
-        synthetic=row["synthetic"],
-        body=row["body"].encode(),
-    )
+    return _decode_row(TOKEN_FIXTURES, name)
 
 
 def test_a_stored_token_count_reads_back_with_its_counter():
