@@ -506,6 +506,33 @@ def test_a_handle_whose_memory_of_the_log_is_stale_appends_by_the_log(tmp_path):
         assert [e.id for e in other.events("s")] == ids
 
 
+def test_append_event_at_the_end_when_another_handle_wrote_since(tmp_path):
+    # append_event (no expected version) tries the one-statement append at the version this
+    # handle remembers from its own last one-event append; when another handle appended
+    # meanwhile it must land at the log's end, with the rules judged on the log.
+    path = tmp_path / "t.db"
+    with SqliteStore(path) as mine, SqliteStore(path) as other:
+        mine.create_session(Session("s", created_at=T0))
+        user, call, result = _turn_events("s")
+        assert mine.append_events("s", [user], 0) == 1  # remembered: version 1
+        stored_call = mine.append_event(call)  # the fast path at version 1
+        assert stored_call.seq == 2 and stored_call.timestamp is not None
+        assert mine.events("s")[-1] == stored_call
+        other.append_event(result)
+        late = SessionEvent.for_message("s", Message.tool([ToolResult("c1", "lookup", "again")]))
+        with pytest.raises(InvalidInput, match="R1"):  # c1 was answered by the other handle
+            mine.append_event(late)
+        reply = mine.append_event(SessionEvent.for_message("s", Message.assistant("done")))
+        assert reply.seq == 4
+        assert other.events("s")[-1] == reply
+        assert mine.append_events("s", [SessionEvent.for_message("s", Message.user("q"))], 4) == 5
+        again = mine.append_event(SessionEvent.for_message("s", Message.assistant("a")))
+        assert again.seq == 6  # the fast path again
+        assert mine.append_event(again) == again  # a retry: the stored event, not a new one
+        assert [e.seq for e in other.events("s")] == [1, 2, 3, 4, 5, 6]
+        assert other.events("s")[-1] == again
+
+
 @pytest.mark.parametrize("check_rules", [True, False], ids=["system-message", "rules-off"])
 def test_an_expected_version_past_the_log_writes_nothing(tmp_path, check_rules):
     # Without a tail to check, the one-event append is still conditioned on the row at the

@@ -575,6 +575,15 @@ class SqliteStore:
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
+        known = self._tails.get(event.session_id)
+        if known is not None and event.type is not EventType.COMPACTION:
+            # This handle appended to the session last: try the one-statement append at the
+            # version it remembers (the insert is conditioned on it, so a log that moved on, or
+            # an id stored already, writes nothing and takes the general path below).
+            timed = event if event.timestamp is not None else stamped(event, 0, self._clock())
+            seq = self._append_one(event.session_id, timed, known[0], check_rules)
+            if seq is not None:
+                return stamped(timed, seq, timed.timestamp or self._clock())
         stored = self._append(
             event.session_id, [event], None, want_copies=True, check_rules=check_rules
         )[1]
