@@ -533,6 +533,20 @@ def test_append_event_at_the_end_when_another_handle_wrote_since(tmp_path):
         assert other.events("s")[-1] == again
 
 
+def test_a_batch_leaves_the_tail_it_checked_for_the_next_append(tmp_path):
+    # A batch appended through the general path remembers the tail its rules check read, so
+    # the next one-event append checks against it without reading: that tail must be right.
+    with SqliteStore(tmp_path / "t.db") as store:
+        store.create_session(Session("s", created_at=T0))
+        user, call, result = _turn_events("s")
+        assert store.append_events("s", [user, call], 0) == 2  # c1 left open
+        with pytest.raises(InvalidInput, match="R2"):
+            store.append_event(SessionEvent.for_message("s", Message.user("next")))
+        assert store.append_event(result).seq == 3
+        assert store.append_event(SessionEvent.for_message("s", Message.user("next"))).seq == 4
+        assert [e.seq for e in store.events("s")] == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("check_rules", [True, False], ids=["system-message", "rules-off"])
 def test_an_expected_version_past_the_log_writes_nothing(tmp_path, check_rules):
     # Without a tail to check, the one-event append is still conditioned on the row at the

@@ -621,9 +621,10 @@ class SqliteStore:
                 raise VersionConflict(session_id, expected, version)
             if any(e.type == EventType.COMPACTION for e in batch):
                 check_boundaries(batch, lambda ids: self._message_ids(conn, session_id, ids))
+            after: Tail | None = None  # the tail after the batch, when the rules read it
             if check_rules:
                 try:
-                    self._check_rules(conn, session_id, batch)
+                    after = self._check_rules(conn, session_id, batch)
                 except InvalidInput:  # a retry: the rules apply to the part not stored yet
                     fresh, fresh_bodies = self._drop_stored(conn, session_id, batch, bodies)
                     if len(fresh) == len(batch):
@@ -631,9 +632,10 @@ class SqliteStore:
                     if not fresh:
                         return version, []
                     batch, bodies = fresh, fresh_bodies
-                    self._check_rules(conn, session_id, batch)
+                    after = self._check_rules(conn, session_id, batch)
             timestamps = [now if e.timestamp is None else e.timestamp for e in batch]
             if not self._insert(conn, session_id, version, batch, timestamps, bodies):
+                after = None
                 batch, bodies = self._drop_stored(conn, session_id, batch, bodies)
                 if not batch:
                     return version, []
@@ -655,6 +657,10 @@ class SqliteStore:
                     "UPDATE turnlog_sessions SET boundary_seq = ? WHERE id = ?",
                     (boundaries[-1], session_id),
                 )
+            if after is not None and not boundaries:
+                # what this handle's next one-event append checks against; only a guess, fenced
+                # by the newest id (a write that did not commit leaves no such row: it misses)
+                self._tails.remember(session_id, version + len(batch), batch[-1].id, after)
             if not want_copies:
                 return version + len(batch), []
             return version + len(batch), [
@@ -837,12 +843,18 @@ class SqliteStore:
 
     def _check_rules(
         self, conn: sqlite3.Connection, session_id: str, batch: list[SessionEvent]
-    ) -> None:
-        """Raise `InvalidInput` unless appending `batch` keeps the view rules."""
-        tail = EMPTY_TAIL
-        if needs_tail(batch):
-            tail = self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
-        check_append(tail, batch)
+    ) -> Tail | None:
+        """Raise `InvalidInput` unless appending `batch` keeps the view rules.
+
+        Returns:
+            The log's tail after the batch, when it was read (None when the batch needed no
+            tail: system messages, compactions and events of your own types).
+        """
+        if not needs_tail(batch):
+            check_append(EMPTY_TAIL, batch)
+            return None
+        tail = self._tail(conn, session_id, conn.execute(_NEWEST, (session_id,)).fetchone())
+        return check_append(tail, batch)
 
     def _tail_at(self, conn: sqlite3.Connection, session_id: str, last: Any) -> Tail:
         """The log's `Tail`, from `last` (a `_LAST_ID` row: the newest seq and event id; None
