@@ -95,7 +95,9 @@ class Bm25ToolIndex:
     name split into words (snake_case, camelCase, dotted, kebab-case, letters and
     digits: `getWeatherForecast` is found by "weather forecast"), its description, and the text
     of its parameter schema (property names, descriptions, enum values, recursively). Words are
-    stemmed (Porter: "forecasts" finds "forecast") and folded to lower case without accents.
+    stemmed (Porter: "forecasts" finds "forecast") and folded to lower case without accents;
+    text in scripts written without spaces (Chinese, Japanese, Korean, Thai, ...) is indexed
+    and searched as overlapping pairs of characters.
 
     Sessions with identical tool sets (same tools, same order) share one table, so 10,000
     sessions offered the same 50 tools cost 50 rows, and indexing a set that another session
