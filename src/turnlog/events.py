@@ -421,6 +421,7 @@ class SessionEvent:
         metadata: Mapping[str, JsonValue] | None = None,
         synthetic: bool = False,
         timestamp: datetime | None = None,
+        tokens: TokenCount | None = None,
     ) -> SessionEvent:
         """A MESSAGE event, with a fresh id unless `event_id` is given."""
         return cls(
@@ -431,6 +432,7 @@ class SessionEvent:
             metadata=metadata or _EMPTY,
             synthetic=synthetic,
             timestamp=timestamp,
+            tokens=tokens,
         )
 
     @classmethod

@@ -21,7 +21,6 @@ from turnlog.compaction.running import fires, run_pass
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import (
-    EventType,
     JsonValue,
     Message,
     Session,
@@ -81,21 +80,20 @@ class SessionService:
         self._record_tokens = bool(record_tokens)
         self._tokens: EventTokens | None = None
 
-    def _message_tokens(self, message: Message) -> TokenCount | None:
-        """The count an event holding `message` is appended with."""
-        if not self._record_tokens:
-            return None
+    def _token_cache(self) -> EventTokens:
+        """The counts of the service's counter (made on first use: a service that appends
+        nothing never makes its counter)."""
         if self._tokens is None:
             self._tokens = event_tokens(self._counter)
-        return self._tokens.of_message(message)
+        return self._tokens
+
+    def _message_tokens(self, message: Message) -> TokenCount | None:
+        """The count an event holding `message` is appended with."""
+        return self._token_cache().of_message(message) if self._record_tokens else None
 
     def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
         """`events` with each message's token count, as they are appended."""
-        if not self._record_tokens:
-            return list(events)
-        if self._tokens is None:
-            self._tokens = event_tokens(self._counter)
-        return self._tokens.counted(events)
+        return self._token_cache().counted(events) if self._record_tokens else list(events)
 
     def close(self) -> None:
         """Close the store (and so its connections or pool)."""
@@ -244,12 +242,11 @@ class SessionService:
         """
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
-        event = SessionEvent(
-            id=new_id() if event_id is None else event_id,
-            session_id=session_id,
-            type=EventType.MESSAGE,
-            message=message,
-            metadata={} if metadata is None else metadata,
+        event = SessionEvent.for_message(
+            session_id,
+            message,
+            event_id=event_id,
+            metadata=metadata,
             tokens=self._message_tokens(message),
         )
         with telemetry.span("turnlog.append", session_id) as span:
@@ -323,15 +320,14 @@ class SessionService:
         """
         if not self._record_tokens:
             raise InvalidInput("this service was made with record_tokens=False")
-        if self._tokens is None:
-            self._tokens = event_tokens(self._counter)
-        if self._tokens.identity is None:
+        tokens = self._token_cache()
+        if tokens.identity is None:
             raise InvalidInput(
-                f"the counter {describe(self._tokens.counter)} has no identity, so its counts "
+                f"the counter {describe(tokens.counter)} has no identity, so its counts "
                 "are not stored: give it an `identity` string naming its encoding and version"
             )
         stored = self.store.events(session_id)
-        counted = self._tokens.counted(stored)
+        counted = tokens.counted(stored)
         fresh = {
             after.id: after.tokens
             for before, after in zip(stored, counted, strict=True)

@@ -74,6 +74,7 @@ class Queries:
     events_of_types: str
     events_after: str
     event_by_id: str
+    events_by_ids: str
     set_body: str
     view: str
     tail: str
@@ -165,6 +166,10 @@ class Queries:
             ),
             event_by_id=q(
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e WHERE e.session_id = %s AND e.id = %s"
+            ),
+            events_by_ids=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events e "
+                "WHERE e.session_id = %s AND e.id = ANY(%s) AND e.type = 'MESSAGE'"
             ),
             # record_tokens: a body written again with its token count (nothing else changes)
             set_body=q(

@@ -515,24 +515,23 @@ class PostgresStore:
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         check_id(session_id, "session id")
         counts = check_token_counts(counts)
-        written = 0
         what = "recording token counts of session"
         with self._conn(what, session_id) as conn, conn.transaction():
             found = conn.execute(self._q.version, {"sid": session_id}).fetchone()
             if found is None:
                 raise SessionNotFound(session_id)
-            for event_id, count in counts.items():
-                row = conn.execute(
-                    self._q.event_by_id, (session_id, event_id), binary=True
-                ).fetchone()
-                if row is None:
-                    continue
+            rows = conn.execute(
+                self._q.events_by_ids, (session_id, list(counts)), binary=True
+            ).fetchall()
+            updates = []
+            for row in rows:
                 event = event_of(session_id, row)
-                if event.message is None:
-                    continue
-                body = encode_body(event.with_tokens(count))
-                conn.execute(self._q.set_body, (body, session_id, event.seq, event.id))
-                written += 1
+                body = encode_body(event.with_tokens(counts[event.id]))
+                updates.append((body, session_id, event.seq, event.id))
+            if updates:
+                with conn.cursor() as cursor:
+                    cursor.executemany(self._q.set_body, updates)
+            written = len(updates)
         return written
 
     def version(self, session_id: str) -> int:
