@@ -210,13 +210,6 @@ class EventTokens:
         self._cache: OrderedDict[_Key, int] = OrderedDict()
         self._lock = threading.Lock()
 
-    def stored(self, event: SessionEvent) -> int | None:
-        """The count stored with `event` when this counter made it, else None."""
-        tokens = event.tokens
-        if tokens is not None and tokens.counter == self.identity:
-            return tokens.count
-        return None
-
     def of(self, event: SessionEvent) -> int:
         """The tokens of one event's `event_text`."""
         tokens = event.tokens
