@@ -239,3 +239,22 @@ def test_a_count_on_a_non_message_body_is_corrupt_data():
     body = b'{"v":1,"payload":{"a":1},"tokens":["c",3]}'
     with pytest.raises(CorruptData):
         _row(body, type_name="ACME.AUDIT")
+
+
+def test_decoded_counts_are_shared_per_counter_and_value_and_never_mixed_up():
+    def counted(counter, count):
+        body = json.dumps(
+            {"v": 1, "message": {"role": "user", "text": "hi"}, "tokens": [counter, count]}
+        )
+        return _row(body.encode()).tokens
+
+    first, again = counted("codec-test/a", 12), counted("codec-test/a", 12)
+    assert first == TokenCount("codec-test/a", 12)
+    assert again is first  # one record per distinct count, not one per event
+    assert counted("codec-test/a", 13) == TokenCount("codec-test/a", 13)
+    assert counted("codec-test/b", 12) == TokenCount("codec-test/b", 12)  # another counter
+    big = counted("codec-test/a", 1 << 20)  # beyond the shared range: made, not kept
+    assert big == TokenCount("codec-test/a", 1 << 20)
+    assert counted("codec-test/a", 1 << 20) is not big
+    for n in range(40):  # more counters than are shared: each still reads its own count
+        assert counted(f"codec-test/many-{n}", n) == TokenCount(f"codec-test/many-{n}", n)
