@@ -38,9 +38,9 @@ from turnlog.events import (
     Message,
     Session,
     SessionEvent,
-    TokenCount,
     ToolCall,
     ToolResult,
+    shared_token_count,
 )
 
 __all__ = [
@@ -285,7 +285,7 @@ def event_from_row(
         else:
             if message is None or counted.count < 0 or not counted.counter:
                 raise ValueError(f"a bad token count {[counted.counter, counted.count]!r}")
-            _set_tokens(event, _token_count(counted.counter, counted.count))
+            _set_tokens(event, shared_token_count(counted.counter, counted.count))
         return event
     except (
         msgspec.DecodeError,
@@ -299,34 +299,6 @@ def event_from_row(
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
-
-
-# Decoded token counts, shared: `TokenCount` is immutable, and a log's counts repeat (a few
-# thousand distinct values in 10,000 events), so a whole-log read makes one record per distinct
-# count instead of one per event (10,000 fewer objects to allocate and for the collector to
-# visit). Bounded: at most _SHARED_COUNTERS counters, counts below _SHARED_BELOW.
-_SHARED_COUNTERS: Final = 16
-_SHARED_BELOW: Final = 1 << 16
-_shared_counts: dict[str, dict[int, TokenCount]] = {}
-
-
-def _token_count(counter: str, count: int) -> TokenCount:
-    """The `TokenCount` of a decoded body (checked by the caller), shared when it can be."""
-    by_count = _shared_counts.get(counter)
-    if by_count is not None:
-        shared = by_count.get(count)
-        if shared is not None:
-            return shared
-    made = _new(TokenCount)
-    _set_tokens_counter(made, counter)
-    _set_tokens_count(made, count)
-    if count < _SHARED_BELOW:
-        if by_count is None:
-            if len(_shared_counts) >= _SHARED_COUNTERS:
-                return made
-            by_count = _shared_counts.setdefault(counter, {})
-        by_count[count] = made  # a race only makes an extra equal record: both are correct
-    return made
 
 
 _pause_lock: Final = threading.Lock()
@@ -472,8 +444,6 @@ _set_synthetic: Final = _setter(SessionEvent, "synthetic")
 _set_seq: Final = _setter(SessionEvent, "seq")
 _set_timestamp: Final = _setter(SessionEvent, "timestamp")
 _set_tokens: Final = _setter(SessionEvent, "tokens")
-_set_tokens_counter: Final = _setter(TokenCount, "counter")
-_set_tokens_count: Final = _setter(TokenCount, "count")
 _set_role: Final = _setter(Message, "role")
 _set_text: Final = _setter(Message, "text")
 _set_tool_calls: Final = _setter(Message, "tool_calls")

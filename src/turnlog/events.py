@@ -355,6 +355,37 @@ class TokenCount:
             raise InvalidInput(f"a token count must be an integer >= 0, got {self.count!r}")
 
 
+# Token counts, shared: `TokenCount` is immutable and a log's counts repeat (a few thousand
+# distinct values in 10,000 events), so appends and whole-log reads use one record per distinct
+# count instead of allocating one per event (fewer objects to make, keep and for the cyclic
+# collector to visit). Bounded: at most _SHARED_COUNTERS counters, counts below _SHARED_BELOW.
+_SHARED_COUNTERS: Final = 16
+_SHARED_BELOW: Final = 1 << 16
+_shared_counts: dict[str, dict[int, TokenCount]] = {}
+_set_count_counter: Final = TokenCount.__dict__["counter"].__set__
+_set_count_value: Final = TokenCount.__dict__["count"].__set__
+
+
+def shared_token_count(counter: str, count: int) -> TokenCount:
+    """`TokenCount(counter, count)` without its checks (the caller made them), shared when it
+    can be."""
+    by_count = _shared_counts.get(counter)
+    if by_count is not None:
+        shared = by_count.get(count)
+        if shared is not None:
+            return shared
+    made: TokenCount = object.__new__(TokenCount)
+    _set_count_counter(made, counter)
+    _set_count_value(made, count)
+    if count < _SHARED_BELOW:
+        if by_count is None:
+            if len(_shared_counts) >= _SHARED_COUNTERS:
+                return made
+            by_count = _shared_counts.setdefault(counter, {})
+        by_count[count] = made  # a race only makes an extra equal record: both are correct
+    return made
+
+
 @dataclass(frozen=True, slots=True)
 class SessionEvent:
     """One entry of a session's log. Build it with `for_message` or `for_payload`."""
@@ -403,7 +434,7 @@ class SessionEvent:
                 raise InvalidInput(
                     f"tokens must be a TokenCount or None, got {type(self.tokens).__name__}"
                 )
-            if self.type != EventType.MESSAGE:
+            if self.message is None:  # a MESSAGE event holds a Message (checked above)
                 raise InvalidInput("only message events carry a token count")
         object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))
         if self.timestamp is not None:

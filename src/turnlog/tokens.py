@@ -12,9 +12,9 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from turnlog.events import Message, SessionEvent, TokenCount
+from turnlog.events import Message, SessionEvent, TokenCount, shared_token_count
 from turnlog.text import event_text, message_text
 
 __all__ = [
@@ -76,9 +76,6 @@ class ByteEstimateCounter:
 
 
 _load_lock = threading.Lock()
-_new: Final = object.__new__
-_set_counter: Final = TokenCount.__dict__["counter"].__set__
-_set_count: Final = TokenCount.__dict__["count"].__set__
 
 
 class O200kCounter:
@@ -295,10 +292,7 @@ class EventTokens:
         count = self.counter.count(message_text(message))
         if type(count) is not int or count < 0:
             return TokenCount(identity, count)  # raises InvalidInput naming the bad count
-        made = _new(TokenCount)  # the identity was checked once, when this cache was made
-        _set_counter(made, identity)
-        _set_count(made, count)
-        return made
+        return shared_token_count(identity, count)  # the identity was checked with the cache
 
     def _count_texts(self, texts: list[str]) -> list[int]:
         many = getattr(self.counter, "count_many", None)
