@@ -1,10 +1,14 @@
 """Stored bodies of every released format stay readable forever (fixtures never change)."""
 
-import dataclasses
 import json
+import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec.structs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnlog.events
 from turnlog import (
@@ -18,7 +22,8 @@ from turnlog import (
     ToolCall,
     ToolResult,
 )
-from turnlog.codec import decode_event, encode_body, from_micros, to_micros
+from turnlog.codec import decode_event, encode_body, events_from_rows, from_micros, to_micros
+from turnlog.events import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "bodies_v1.json").read_text("utf-8"))
 
@@ -140,7 +145,7 @@ def _row(body, *, type_name="MESSAGE", micros=1_700_000_000_000_001, synthetic=F
 
 
 def test_decoded_events_equal_the_events_built_by_hand():
-    # The fast decode builds records without their __init__: each must equal the checked one.
+    # The decode builds records without their checks: each must equal the checked one.
     events = [
         SessionEvent.for_message("sx", Message.user("hi"), event_id="e", metadata={"k": [1]}),
         SessionEvent.for_message(
@@ -166,7 +171,7 @@ def test_decoded_events_equal_the_events_built_by_hand():
             synthetic=event.synthetic,
         )
         stamp = from_micros(1_700_000_000_000_001)
-        assert got == dataclasses.replace(event, seq=7, timestamp=stamp)
+        assert got == msgspec.structs.replace(event, seq=7, timestamp=stamp)
         assert (type(got.synthetic) is bool and got.type is event.type) or got.type == event.type
         if got.message is not None:
             assert type(got.message.tool_calls) is tuple
@@ -183,6 +188,8 @@ def test_decoded_events_equal_the_events_built_by_hand():
         (b'{"v": 1, "message": {"role": "user"}}', "MESSAGE", "12", "integer microseconds"),
         (b'{"v": 1, "message": {"role": "user"}}', "MESSAGE", 2**62, ""),
         (b'{"v": 1, "message": {"role": "user", "tool_calls": [["c"]]}}', "MESSAGE", 0, ""),
+        (b'{"v": 1, "message": {"role": "wizard"}}', "MESSAGE", 0, "wizard"),
+        (b'{"v": 1, "message": {"role": "user", "text": 5}}', "MESSAGE", 0, "text"),
         (
             b'{"v": 1, "message": {"role": "tool", "tool_results": [[1, "f", "x"]]}}',
             "MESSAGE",
@@ -262,3 +269,87 @@ def test_decoded_counts_are_shared_per_counter_and_value_and_never_mixed_up(monk
     assert counted("codec-test/a", 1 << 20) is not big
     for n in range(40):  # more counters than are shared: each still reads its own count
         assert counted(f"codec-test/many-{n}", n) == TokenCount(f"codec-test/many-{n}", n)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.integers(to_micros(MIN_TIMESTAMP), to_micros(MAX_TIMESTAMP)),
+        st.integers(0, 5_000_000_000_000_000),  # around the float path's limit (4e15)
+        st.integers(1_600_000_000_000_000, 1_900_000_000_000_000),  # the years of real logs
+    )
+)
+def test_decoded_timestamps_are_exact_to_the_microsecond(micros):
+    # Oracle: integer arithmetic on a timedelta, never a float.
+    want = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    got = _row(b'{"v": 1, "message": {"role": "user", "text": "t"}}', micros=micros).timestamp
+    assert got == want
+    assert got.tzinfo is UTC
+
+
+def test_timestamps_at_the_edges_of_the_float_path_are_exact():
+    edges = [0, 1, 999_999, 1_000_000, 3_999_999_999_999_999, 4_000_000_000_000_000]
+    edges += [3_999_999_999_000_000 + k for k in range(0, 1_000_000, 997)]
+    edges += [1_764_633_600_000_000 + k for k in range(0, 2_000_000, 7)]
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    rows = [
+        (i, f"e{i}", "MESSAGE", m, 0, b'{"v": 1, "message": {"role": "user", "text": "t"}}')
+        for i, m in enumerate(edges, 1)
+    ]
+    got = [e.timestamp for e in events_from_rows("sx", rows)]
+    assert got == [epoch + timedelta(microseconds=m) for m in edges]
+
+
+def test_decoding_skips_the_checks_of_no_other_record():
+    # Records decode without their Python checks; records built meanwhile on another thread,
+    # and afterwards on this one (after a damaged row too), are checked as always.
+    body = b'{"v": 1, "message": {"role": "user", "text": "t"}}'
+    started, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_rows():
+        yield (1, "a", "MESSAGE", 0, 0, body)
+        started.set()
+        release.wait(10)
+        yield (2, "b", "MESSAGE", 0, 0, body)
+
+    def decode():
+        try:
+            events_from_rows("sx", slow_rows())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    reader = threading.Thread(target=decode)
+    reader.start()
+    assert started.wait(10)
+    try:
+        with pytest.raises(InvalidInput, match="unknown role"):
+            Message("wizard", "hi")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="event id"):
+            SessionEvent.for_message("sx", Message.user("hi"), event_id="")
+    finally:
+        release.set()
+        reader.join(10)
+    assert not errors
+    with pytest.raises(CorruptData):
+        events_from_rows("sx", [(1, "a", "MESSAGE", 0, 0, body), (2, "b", "MESSAGE", 0, 0, b"{")])
+    with pytest.raises(InvalidInput, match="unknown role"):
+        Message("wizard", "hi")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="a tool call's id"):
+        ToolCall(5, "f")  # type: ignore[arg-type]
+
+
+def test_decoded_records_are_the_public_types_and_frozen():
+    body = encode_body(
+        SessionEvent.for_message(
+            "sx", Message.assistant("x", [ToolCall("c1", "f")]), event_id="e", metadata={"k": 1}
+        )
+    )
+    event = _row(body)
+    assert type(event) is SessionEvent and type(event.message) is Message
+    assert type(event.message.tool_calls) is tuple
+    assert type(event.message.tool_calls[0]) is ToolCall
+    with pytest.raises(AttributeError):
+        event.message.text = "y"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        event.seq = 8  # type: ignore[misc]

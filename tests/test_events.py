@@ -1,6 +1,5 @@
 """The data model: messages, event types, events, errors, and the bad input they refuse."""
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -55,7 +54,7 @@ def test_messages_are_immutable_and_copy_their_metadata():
     message = Message("user", "hi", metadata=metadata)
     metadata["k2"] = 2
     assert dict(message.metadata) == {"k": [1]}
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         message.text = "changed"
 
 

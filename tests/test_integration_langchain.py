@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from msgspec.structs import replace
 from pydantic import Field
 
 from turnlog import (

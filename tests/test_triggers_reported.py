@@ -6,9 +6,8 @@ The oracle is hand arithmetic: with `CharCounter` an event costs the length of i
 test, not a call to the code under test.
 """
 
-from dataclasses import replace
-
 import pytest
+from msgspec.structs import replace
 
 from turnlog import (
     CharCounter,

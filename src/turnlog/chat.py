@@ -14,8 +14,9 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any, Final
+
+from msgspec.structs import replace
 
 from turnlog import telemetry
 from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, sent_events

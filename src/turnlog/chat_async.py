@@ -12,8 +12,9 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from typing import Any, Final
+
+from msgspec.structs import replace
 
 from turnlog import telemetry
 from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, sent_events

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import gc
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -33,13 +33,11 @@ import msgspec
 
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import (
-    ROLES,
     EventType,
     Message,
     Session,
     SessionEvent,
-    ToolCall,
-    ToolResult,
+    _trust,
     shared_token_count,
 )
 
@@ -51,6 +49,7 @@ __all__ = [
     "dump_jsonb",
     "encode_body",
     "event_from_row",
+    "events_from_rows",
     "from_micros",
     "gc_paused",
     "load_json",
@@ -69,21 +68,6 @@ class _Call(msgspec.Struct, array_like=True):
     arguments: str
 
 
-class _Result(msgspec.Struct, array_like=True):
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False  # a trailing default: absent from older bodies
-
-
-class _Message(msgspec.Struct, omit_defaults=True):
-    role: str
-    text: str | None = None
-    tool_calls: list[_Call] = []
-    tool_results: list[_Result] = []
-    metadata: dict[str, Any] = {}
-
-
 class _OutMessage(msgspec.Struct, omit_defaults=True):
     """`_Message` as written: a result that did not fail leaves out the trailing `false`."""
 
@@ -100,8 +84,12 @@ class _Tokens(msgspec.Struct, array_like=True):
 
 
 class _Body(msgspec.Struct, omit_defaults=True):
+    """A stored body, decoded straight into the public `Message` (and its calls and results):
+    msgspec builds them in C and checks each field's type, the role included; their own checks
+    are skipped (`trusted_records`)."""
+
     v: int
-    message: _Message | None = None
+    message: Message | None = None
     payload: Any = None
     metadata: dict[str, Any] = {}
     tokens: _Tokens | None = None
@@ -243,50 +231,70 @@ def event_from_row(
     synthetic: bool | int,
     body: bytes | str,
 ) -> SessionEvent:
-    """`decode_event` with positional arguments: the loop that reads a whole log calls this.
-
-    msgspec decodes the body into structs of exactly the fields' types, so the records are
-    built from them without running their validation again.
+    """`decode_event` with positional arguments.
 
     Raises:
         CorruptData: the body cannot be decoded, names the session and seq.
     """
+    return events_from_rows(
+        session_id, ((seq, event_id, type_name, timestamp_micros, synthetic, body),)
+    )[0]
+
+
+def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[SessionEvent]:
+    """The events of one session's stored rows, each `(seq, id, type name, timestamp in
+    microseconds, synthetic, body)`: the loop that reads a whole log.
+
+    msgspec decodes each body straight into the public records (`Message`, `ToolCall`,
+    `ToolResult`), checking every field's type in C; the records' own checks, which would
+    repeat that work in Python, are skipped while the rows are decoded (`trusted_records`).
+
+    Raises:
+        CorruptData: a row cannot be decoded; names the session and the row's seq.
+    """
+    out: list[SessionEvent] = []
+    append = out.append
+    trust = _trust
+    before = trust.on
+    trust.on = True
+    seq: Any = None
+    event_id: Any = None
     try:
-        decoded = _decode_body(body)
-        if decoded.v != 1:  # FORMAT_VERSION
-            raise ValueError(f"unknown body format {decoded.v}")
-        event_type = _TYPES.get(type_name) or _event_type(type_name)
-        wire = decoded.message
-        if wire is None:
-            if event_type is _MESSAGE:
-                raise ValueError(f"a {type_name} row without a message")
-            message = None
-        else:
-            if event_type is not _MESSAGE:
+        for seq, event_id, type_name, micros, synthetic, body in rows:
+            decoded = _decode_body(body)
+            if decoded.v != 1:  # FORMAT_VERSION
+                raise ValueError(f"unknown body format {decoded.v}")
+            event_type = _TYPES.get(type_name) or _event_type(type_name)
+            message = decoded.message
+            if message is None:
+                if event_type is _MESSAGE:
+                    raise ValueError(f"a {type_name} row without a message")
+            elif event_type is not _MESSAGE:
                 raise ValueError(f"a {type_name} row with a message")
-            message = _message(wire)
-        if type(timestamp_micros) is not int:
-            raise TypeError(
-                f"a timestamp is stored as integer microseconds, found {timestamp_micros!r}"
+            if type(micros) is not int:
+                raise TypeError(f"a timestamp is stored as integer microseconds, found {micros!r}")
+            counted = decoded.tokens
+            tokens = None
+            if counted is not None:
+                if message is None or counted.count < 0 or not counted.counter:
+                    raise ValueError(f"a bad token count {[counted.counter, counted.count]!r}")
+                tokens = shared_token_count(counted.counter, counted.count)
+            append(
+                SessionEvent(
+                    event_id,
+                    session_id,
+                    event_type,
+                    message,
+                    decoded.payload,
+                    decoded.metadata,
+                    bool(synthetic),
+                    seq,
+                    _fromtimestamp(micros / 1e6, UTC)
+                    if 0 <= micros < _FLOAT_EXACT_BELOW
+                    else _EPOCH + _timedelta(0, 0, micros),
+                    tokens,
+                )
             )
-        event = _new(SessionEvent)
-        _set_id(event, event_id)
-        _set_session_id(event, session_id)
-        _set_type(event, event_type)
-        _set_message(event, message)
-        _set_payload(event, decoded.payload)
-        _set_event_metadata(event, decoded.metadata)
-        _set_synthetic(event, bool(synthetic))
-        _set_seq(event, seq)
-        _set_timestamp(event, _EPOCH + _timedelta(0, 0, timestamp_micros))
-        counted = decoded.tokens
-        if counted is None:
-            _set_tokens(event, None)
-        else:
-            if message is None or counted.count < 0 or not counted.counter:
-                raise ValueError(f"a bad token count {[counted.counter, counted.count]!r}")
-            _set_tokens(event, shared_token_count(counted.counter, counted.count))
-        return event
     except (
         msgspec.DecodeError,
         msgspec.ValidationError,
@@ -299,6 +307,15 @@ def event_from_row(
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
+    finally:
+        trust.on = before
+    return out
+
+
+# Below this many microseconds since the epoch (the year 2096), a float of seconds holds the
+# instant to well under half a microsecond, so `fromtimestamp` gives the exact datetime, in
+# half the time of adding a timedelta to the epoch.
+_FLOAT_EXACT_BELOW: Final = 4_000_000_000_000_000
 
 
 _pause_lock: Final = threading.Lock()
@@ -328,43 +345,6 @@ def gc_paused() -> Iterator[None]:
             _pause["depth"] -= 1
             if _pause["depth"] == 0 and _pause["enabled"]:
                 gc.enable()
-
-
-def _message(wire: _Message) -> Message:
-    """The `Message` of a decoded body's message, built without validating again."""
-    role = wire.role
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}")
-    message = _new(Message)
-    _set_role(message, role)
-    _set_text(message, wire.text)
-    calls = wire.tool_calls
-    if calls:
-        built_calls = []
-        for c in calls:
-            call = _new(ToolCall)
-            _set_call_id(call, c.id)
-            _set_call_name(call, c.name)
-            _set_call_arguments(call, c.arguments)
-            built_calls.append(call)
-        _set_tool_calls(message, tuple(built_calls))
-    else:
-        _set_tool_calls(message, ())
-    results = wire.tool_results
-    if results:
-        built_results = []
-        for r in results:
-            result = _new(ToolResult)
-            _set_result_call_id(result, r.call_id)
-            _set_result_name(result, r.name)
-            _set_result_content(result, r.content)
-            _set_result_is_error(result, r.is_error)
-            built_results.append(result)
-        _set_tool_results(message, tuple(built_results))
-    else:
-        _set_tool_results(message, ())
-    _set_message_metadata(message, wire.metadata)
-    return message
 
 
 def decode_session(
@@ -421,41 +401,11 @@ def _event_type(name: str) -> EventType:
     return EventType.MESSAGE if name == "MESSAGE" else EventType.of(name)
 
 
-def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """The slot's own setter: sets a field of a frozen record as its `__init__` does."""
-    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
-    return setter
-
-
-# Records are built field by field through their slots, bypassing the frozen `__setattr__` and
-# the validation in `__post_init__` (the values come typed from msgspec).
-_new: Final = object.__new__
 _timedelta: Final = timedelta
+_fromtimestamp: Final = datetime.fromtimestamp
 _decode_body: Final = _decoder.decode
 _MESSAGE: Final = EventType.MESSAGE
 _TYPES: Final = {"MESSAGE": EventType.MESSAGE, "COMPACTION": EventType.COMPACTION}
-_set_id: Final = _setter(SessionEvent, "id")
-_set_session_id: Final = _setter(SessionEvent, "session_id")
-_set_type: Final = _setter(SessionEvent, "type")
-_set_message: Final = _setter(SessionEvent, "message")
-_set_payload: Final = _setter(SessionEvent, "payload")
-_set_event_metadata: Final = _setter(SessionEvent, "metadata")
-_set_synthetic: Final = _setter(SessionEvent, "synthetic")
-_set_seq: Final = _setter(SessionEvent, "seq")
-_set_timestamp: Final = _setter(SessionEvent, "timestamp")
-_set_tokens: Final = _setter(SessionEvent, "tokens")
-_set_role: Final = _setter(Message, "role")
-_set_text: Final = _setter(Message, "text")
-_set_tool_calls: Final = _setter(Message, "tool_calls")
-_set_tool_results: Final = _setter(Message, "tool_results")
-_set_message_metadata: Final = _setter(Message, "metadata")
-_set_call_id: Final = _setter(ToolCall, "id")
-_set_call_name: Final = _setter(ToolCall, "name")
-_set_call_arguments: Final = _setter(ToolCall, "arguments")
-_set_result_call_id: Final = _setter(ToolResult, "call_id")
-_set_result_name: Final = _setter(ToolResult, "name")
-_set_result_content: Final = _setter(ToolResult, "content")
-_set_result_is_error: Final = _setter(ToolResult, "is_error")
 
 
 def dump_json(value: Any) -> str:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, Literal, TypeAlias
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from turnlog.errors import InvalidInput
 
@@ -167,6 +171,23 @@ def plain_json(value: JsonValue) -> JsonValue:
     return value
 
 
+class _Trust(threading.local):
+    """Whether records built on this thread skip their checks (`__post_init__`).
+
+    The records of a log are msgspec Structs whose `__post_init__` checks what a caller passes.
+    A whole-log read decodes 10,000 of them from values msgspec has already typed in C, and
+    checking each again in Python would cost more than decoding it: the codec (and a store's
+    copy of an event it has checked, `trusted_copy`) sets `on` around the records it builds,
+    and puts it back when done, even on an error. Per thread, so that records built meanwhile
+    on other threads are checked as always.
+    """
+
+    on = False
+
+
+_trust: Final = _Trust()
+
+
 def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, JsonValue]:
     if value is None:
         return _EMPTY
@@ -178,8 +199,7 @@ def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, 
     return as_dict
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A call the assistant asks the application to make."""
 
     id: str
@@ -190,13 +210,14 @@ class ToolCall:
     """The arguments as a JSON string, exactly as the model produced them."""
 
     def __post_init__(self) -> None:
+        if _trust.on:
+            return
         _check_text(self.id, "a tool call's id")
         _check_text(self.name, "a tool call's name")
         _check_text(self.arguments, "a tool call's arguments")
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The application's answer to one `ToolCall`."""
 
     call_id: str
@@ -209,6 +230,8 @@ class ToolResult:
     """True when the tool failed and `content` describes the failure."""
 
     def __post_init__(self) -> None:
+        if _trust.on:
+            return
         _check_text(self.call_id, "a tool result's call_id")
         _check_text(self.name, "a tool result's name")
         _check_text(self.content, "a tool result's content")
@@ -218,8 +241,7 @@ class ToolResult:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(msgspec.Struct, frozen=True):
     """One chat message. Use the constructors `system`, `user`, `assistant` and `tool`."""
 
     role: Role
@@ -230,18 +252,20 @@ class Message:
     """The calls an assistant message makes."""
     tool_results: tuple[ToolResult, ...] = ()
     """The results a tool message carries; several for parallel calls."""
-    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    metadata: Mapping[str, JsonValue] = {}
     """Free-form JSON the application attaches."""
 
     def __post_init__(self) -> None:
+        if _trust.on:
+            return
         if self.role not in ROLES:
             raise InvalidInput(
                 f"unknown role {self.role!r}: use one of system, user, assistant, tool"
             )
         if self.text is not None:
             _check_text(self.text, "message text")
-        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
-        object.__setattr__(self, "tool_results", tuple(self.tool_results))
+        force_setattr(self, "tool_calls", tuple(self.tool_calls))
+        force_setattr(self, "tool_results", tuple(self.tool_results))
         if self.tool_calls and self.role != "assistant":
             raise InvalidInput(f"only an assistant message carries tool calls, not {self.role!r}")
         if self.tool_results and self.role != "tool":
@@ -256,7 +280,7 @@ class Message:
                 raise InvalidInput(
                     f"tool_results must hold ToolResult, got {type(result).__name__}"
                 )
-        object.__setattr__(self, "metadata", _metadata(self.metadata, "message metadata"))
+        force_setattr(self, "metadata", _metadata(self.metadata, "message metadata"))
 
     @classmethod
     def system(cls, text: str) -> Message:
@@ -327,8 +351,7 @@ EventType.COMPACTION = EventType("COMPACTION")
 MAX_COUNTER_NAME: Final = 255
 
 
-@dataclass(frozen=True, slots=True)
-class TokenCount:
+class TokenCount(msgspec.Struct, frozen=True, gc=False):
     """A message event's token count, as one named counter measured it.
 
     Stored with the event (`SessionEvent.tokens`) so that compaction and triggers read it
@@ -346,6 +369,8 @@ class TokenCount:
     """The tokens of the event's `event_text`, by that counter."""
 
     def __post_init__(self) -> None:
+        if _trust.on:
+            return
         if not isinstance(self.counter, str) or not 0 < len(self.counter) <= MAX_COUNTER_NAME:
             raise InvalidInput(
                 f"a token count's counter must be a name of 1-{MAX_COUNTER_NAME} characters, "
@@ -362,8 +387,6 @@ class TokenCount:
 _SHARED_COUNTERS: Final = 16
 _SHARED_BELOW: Final = 1 << 16
 _shared_counts: dict[str, dict[int, TokenCount]] = {}
-_set_count_counter: Final = TokenCount.__dict__["counter"].__set__
-_set_count_value: Final = TokenCount.__dict__["count"].__set__
 
 
 def shared_token_count(counter: str, count: int) -> TokenCount:
@@ -374,9 +397,13 @@ def shared_token_count(counter: str, count: int) -> TokenCount:
         shared = by_count.get(count)
         if shared is not None:
             return shared
-    made: TokenCount = object.__new__(TokenCount)
-    _set_count_counter(made, counter)
-    _set_count_value(made, count)
+    trust = _trust
+    before = trust.on
+    trust.on = True
+    try:
+        made = TokenCount(counter, count)
+    finally:
+        trust.on = before
     if count < _SHARED_BELOW:
         if by_count is None:
             if len(_shared_counts) >= _SHARED_COUNTERS:
@@ -386,8 +413,7 @@ def shared_token_count(counter: str, count: int) -> TokenCount:
     return made
 
 
-@dataclass(frozen=True, slots=True)
-class SessionEvent:
+class SessionEvent(msgspec.Struct, frozen=True):
     """One entry of a session's log. Build it with `for_message` or `for_payload`."""
 
     id: str
@@ -400,7 +426,7 @@ class SessionEvent:
     """The message, for a MESSAGE event."""
     payload: JsonValue = None
     """The JSON payload, for every other type."""
-    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    metadata: Mapping[str, JsonValue] = {}
     """Free-form JSON the application attaches."""
     synthetic: bool = False
     """True for the summary events a compaction writes."""
@@ -408,11 +434,13 @@ class SessionEvent:
     """1-based position in the session's log, assigned by the store; None before it is stored."""
     timestamp: datetime | None = None
     """When it was stored (UTC), assigned by the store unless the caller gave one."""
-    tokens: TokenCount | None = field(default=None, compare=False, repr=False)
+    tokens: TokenCount | None = None
     """The message's token count, recorded at append by the service's counter (None when not
     counted yet, and for non-message events). Derived data: it takes no part in equality."""
 
     def __post_init__(self) -> None:
+        if _trust.on:
+            return
         check_id(self.id, "event id")
         check_id(self.session_id, "session id")
         if not isinstance(self.type, EventType):
@@ -426,7 +454,7 @@ class SessionEvent:
             if self.message is not None:
                 raise InvalidInput(f"a {self.type.name} event carries a payload, not a message")
             if check_json(self.payload, f"the payload of event {self.id!r}"):
-                object.__setattr__(self, "payload", plain_json(self.payload))
+                force_setattr(self, "payload", plain_json(self.payload))
         if self.synthetic and self.type != EventType.MESSAGE:
             raise InvalidInput("only message events can be synthetic")
         if self.tokens is not None:
@@ -436,11 +464,35 @@ class SessionEvent:
                 )
             if self.message is None:  # a MESSAGE event holds a Message (checked above)
                 raise InvalidInput("only message events carry a token count")
-        object.__setattr__(self, "metadata", _metadata(self.metadata, "event metadata"))
+        force_setattr(self, "metadata", _metadata(self.metadata, "event metadata"))
         if self.timestamp is not None:
-            object.__setattr__(
+            force_setattr(
                 self, "timestamp", check_timestamp(self.timestamp, f"the timestamp of {self.id!r}")
             )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not SessionEvent:
+            return NotImplemented
+        return (
+            self.id == other.id
+            and self.session_id == other.session_id
+            and self.type == other.type
+            and self.seq == other.seq
+            and self.synthetic == other.synthetic
+            and self.timestamp == other.timestamp
+            and self.message == other.message
+            and self.payload == other.payload
+            and self.metadata == other.metadata
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # it holds a dict (metadata), as a dataclass would
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionEvent(id={self.id!r}, session_id={self.session_id!r}, type={self.type!r}, "
+            f"message={self.message!r}, payload={self.payload!r}, metadata={self.metadata!r}, "
+            f"synthetic={self.synthetic!r}, seq={self.seq!r}, timestamp={self.timestamp!r})"
+        )
 
     @classmethod
     def for_message(
@@ -500,11 +552,7 @@ class SessionEvent:
                 raise InvalidInput(f"tokens must be a TokenCount, got {type(tokens).__name__}")
             if self.message is None:
                 raise InvalidInput("only message events carry a token count")
-        copy = _new_event(SessionEvent)
-        for get, put in _EVENT_SLOTS:
-            put(copy, get(self))
-        _put_tokens(copy, tokens)
-        return copy
+        return trusted_copy(self, tokens=tokens)
 
     @property
     def is_message(self) -> bool:
@@ -522,15 +570,18 @@ class SessionEvent:
         return not self.synthetic and self.message is not None and self.message.role == "user"
 
 
-# An event's fields as (get, set) pairs of their slot descriptors: a copy in about 1 us, where
-# getattr / object.__setattr__ per field take 4-5.
-_EVENT_SLOTS: Final = tuple(
-    (SessionEvent.__dict__[name].__get__, SessionEvent.__dict__[name].__set__)
-    for name in SessionEvent.__dataclass_fields__
-    if name != "tokens"
-)
-_put_tokens: Final = SessionEvent.__dict__["tokens"].__set__
-_new_event: Final = object.__new__
+def trusted_copy(event: SessionEvent, **changes: Any) -> SessionEvent:
+    """A copy of a checked `event` with `changes` (values the caller checked), not checked again."""
+    trust = _trust
+    before = trust.on
+    trust.on = True
+    try:
+        return _replace(event, **changes)
+    finally:
+        trust.on = before
+
+
+_replace: Final = msgspec.structs.replace
 
 
 @dataclass(frozen=True, slots=True)

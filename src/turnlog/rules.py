@@ -26,8 +26,10 @@ Pure: no I/O. A store derives the `Tail` of a log (`tail_of`) inside its write, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
+
+from msgspec.structs import replace
 
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import EventType, Message, SessionEvent, ToolResult

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
+
+from msgspec.structs import replace
 
 from turnlog.compaction.base import CompactionRequest, CompactionResult
 from turnlog.compaction.boundary import CompactionBoundary

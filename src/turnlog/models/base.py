@@ -17,8 +17,10 @@ returned (its text is the deltas joined). Tool calls arrive whole, in that final
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias, runtime_checkable
+
+from msgspec.structs import replace
 
 from turnlog.events import Message
 from turnlog.toolsearch.base import ToolReference

@@ -15,7 +15,6 @@ import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
-from itertools import starmap
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -23,7 +22,7 @@ from turnlog.codec import (
     decode_session,
     dump_json,
     encode_body,
-    event_from_row,
+    events_from_rows,
     gc_paused,
     message_ids,
     to_micros,
@@ -96,7 +95,7 @@ CREATE TABLE turnlog_events (
 CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 """
 
-_COLUMNS: Final = "id, session_id, seq, type, timestamp, synthetic, body"
+_COLUMNS: Final = "seq, id, type, timestamp, synthetic, body"
 _CHUNK: Final = 500
 _PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 _MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
@@ -752,7 +751,7 @@ class SqliteStore:
                     f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? ORDER BY seq",
                     (session_id,),
                 ).fetchall()
-        return apply_filter(_events(rows), flt)
+        return apply_filter(_events(session_id, rows), flt)
 
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         check_id(session_id, "session id")
@@ -762,7 +761,7 @@ class SqliteStore:
             self._check_session(conn, session_id)
             rows = self._by_ids(conn, session_id, list(counts))
             for row in rows:
-                event = _event(row)
+                event = _event(session_id, row)
                 if event.message is None:
                     continue
                 body = encode_body(event.with_tokens(counts[event.id]))
@@ -783,7 +782,7 @@ class SqliteStore:
                 "ORDER BY seq LIMIT ?",
                 (session_id, after, limit),
             ).fetchall()
-        return _events(rows)
+        return _events(session_id, rows)
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")
@@ -805,7 +804,7 @@ class SqliteStore:
                     "AND type = 'MESSAGE' ORDER BY seq",
                     (session_id,),
                 ).fetchall()
-                return _events(rows)
+                return _events(session_id, rows)
             brow = conn.execute(
                 f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
                 (session_id, boundary_seq),
@@ -815,7 +814,7 @@ class SqliteStore:
                     f"session {session_id!r} points at boundary seq {boundary_seq}, which is "
                     "missing: the database is damaged"
                 )
-            boundary_event = _event(brow)
+            boundary_event = _event(session_id, brow)
             boundary = CompactionBoundary.from_event(boundary_event)
             named = self._by_ids(conn, session_id, list(boundary.pinned_event_ids))
             named += self._by_ids(conn, session_id, list(boundary.preserved_event_ids))
@@ -825,10 +824,14 @@ class SqliteStore:
                 (session_id, boundary_seq),
             ).fetchall()
         before = sorted(
-            {e.id: e for e in (_event(r) for r in named) if (e.seq or 0) < boundary_seq}.values(),
+            {
+                e.id: e
+                for e in (_event(session_id, r) for r in named)
+                if (e.seq or 0) < boundary_seq
+            }.values(),
             key=lambda e: e.seq or 0,
         )
-        return CompactionBoundary.project([*before, boundary_event, *_events(after)])
+        return CompactionBoundary.project([*before, boundary_event, *_events(session_id, after)])
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -925,12 +928,12 @@ class SqliteStore:
         return rows
 
     def _message_ids(self, conn: sqlite3.Connection, session_id: str, ids: list[str]) -> set[str]:
-        return {r[0] for r in self._by_ids(conn, session_id, ids) if r[3] == EventType.MESSAGE.name}
+        return {r[1] for r in self._by_ids(conn, session_id, ids) if r[2] == EventType.MESSAGE.name}
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
         with self._read() as conn:
             rows = self._by_ids(conn, session_id, [event_id])
-        return _event(rows[0]) if rows else None
+        return _event(session_id, rows[0]) if rows else None
 
 
 def _session_row(session: Session) -> tuple[Any, ...]:
@@ -946,16 +949,16 @@ def _session(row: Any) -> Session:
     return decode_session(row[0], row[1], row[2], row[3])
 
 
-def _event(row: Any) -> SessionEvent:
-    return event_from_row(*row)
+def _event(session_id: str, row: Any) -> SessionEvent:
+    return events_from_rows(session_id, (row,))[0]
 
 
-def _events(rows: list[Any]) -> list[SessionEvent]:
-    """The events of rows of `_COLUMNS` (whose order is `event_from_row`'s)."""
+def _events(session_id: str, rows: list[Any]) -> list[SessionEvent]:
+    """The events of rows of `_COLUMNS` (whose order is `events_from_rows`'s)."""
     if len(rows) < _PAUSE_AT:
-        return list(starmap(event_from_row, rows))
+        return events_from_rows(session_id, rows)
     with gc_paused():
-        return list(starmap(event_from_row, rows))
+        return events_from_rows(session_id, rows)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

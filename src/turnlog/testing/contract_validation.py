@@ -11,13 +11,13 @@ The rules every store applies the same way (docs/concepts.md, "What a store acce
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from turnlog.errors import InvalidInput
 from turnlog.events import (

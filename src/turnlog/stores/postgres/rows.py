@@ -14,7 +14,7 @@ from turnlog.codec import (
     decode_session,
     dump_jsonb,
     encode_body,
-    event_from_row,
+    events_from_rows,
     gc_paused,
     to_micros,
 )
@@ -152,7 +152,7 @@ def event_of(session_id: str, row: Any) -> SessionEvent:
     Raises:
         CorruptData: a row turnlog cannot read.
     """
-    return event_from_row(row[1], session_id, row[0], row[2], row[3], row[4], row[5])
+    return events_from_rows(session_id, (row,))[0]
 
 
 def events_of(session_id: str, rows: Iterable[Any]) -> list[SessionEvent]:
@@ -163,9 +163,9 @@ def events_of(session_id: str, rows: Iterable[Any]) -> list[SessionEvent]:
     """
     rows = rows if isinstance(rows, list) else list(rows)
     if len(rows) < _PAUSE_AT:
-        return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
+        return events_from_rows(session_id, rows)
     with gc_paused():
-        return [event_from_row(r[1], session_id, r[0], r[2], r[3], r[4], r[5]) for r in rows]
+        return events_from_rows(session_id, rows)
 
 
 def first_line(exc: BaseException) -> str:

@@ -18,7 +18,6 @@ before the connection goes back to the pool.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -52,6 +51,7 @@ from turnlog.stores.base import (
     check_rules_at,
     check_session,
     check_token_counts,
+    stamped,
     utc_now,
 )
 from turnlog.stores.postgres.connections import Conn, Connections, Pool
@@ -314,7 +314,7 @@ class PostgresStore:
         else:
             version, written = self._append(event.session_id, [event], None)
         if written is not None:
-            return replace(event, seq=version, timestamp=event.timestamp or written)
+            return stamped(event, version, event.timestamp or written)
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")

@@ -16,7 +16,6 @@ before the connection goes back to the pool.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -50,6 +49,7 @@ from turnlog.stores.base import (
     check_rules_at,
     check_session,
     check_token_counts,
+    stamped,
     utc_now,
 )
 from turnlog.stores.postgres.connections_async import AsyncConn, AsyncConnections, AsyncPool
@@ -317,7 +317,7 @@ class AsyncPostgresStore:
         else:
             version, written = await self._append(event.session_id, [event], None)
         if written is not None:
-            return replace(event, seq=version, timestamp=event.timestamp or written)
+            return stamped(event, version, event.timestamp or written)
         found = await self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -62,6 +61,7 @@ from turnlog.stores.base import (
     check_session,
     check_token_counts,
     metadata_matches,
+    stamped,
     utc_now,
 )
 from turnlog.stores.redis.core import ATTEMPTS, RACES, RedisCore, guarded, pause
@@ -326,7 +326,7 @@ class RedisStore(RedisCore):
         else:
             version, appended, now = self._append(event.session_id, [event], -1)
         if appended:
-            return replace(event, seq=version, timestamp=event.timestamp or from_micros(now))
+            return stamped(event, version, event.timestamp or from_micros(now))
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
