@@ -260,7 +260,10 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     seq: Any = None
     event_id: Any = None
     try:
-        for seq, event_id, type_name, micros, synthetic, body in rows:
+        rows = rows if isinstance(rows, list) else list(rows)
+        for (seq, event_id, type_name, micros, synthetic, body), stamp in zip(
+            rows, _stamps(rows), strict=True
+        ):
             decoded = _decode_body(body)
             if decoded.v != 1:  # FORMAT_VERSION
                 raise ValueError(f"unknown body format {decoded.v}")
@@ -273,6 +276,8 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                 raise ValueError(f"a {type_name} row with a message")
             if type(micros) is not int:
                 raise TypeError(f"a timestamp is stored as integer microseconds, found {micros!r}")
+            if stamp is None or not 0 <= micros < _FLOAT_EXACT_BELOW:
+                stamp = _EPOCH + _timedelta(0, 0, micros)
             counted = decoded.tokens
             tokens = None
             if counted is not None:
@@ -289,9 +294,7 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                     decoded.metadata,
                     bool(synthetic),
                     seq,
-                    _fromtimestamp(micros / 1e6, UTC)
-                    if 0 <= micros < _FLOAT_EXACT_BELOW
-                    else _EPOCH + _timedelta(0, 0, micros),
+                    stamp,
                     tokens,
                 )
             )
@@ -313,9 +316,22 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
 
 
 # Below this many microseconds since the epoch (the year 2096), a float of seconds holds the
-# instant to well under half a microsecond, so `fromtimestamp` gives the exact datetime, in
-# half the time of adding a timedelta to the epoch.
+# instant to well under half a microsecond, so the datetime made from it is exact.
 _FLOAT_EXACT_BELOW: Final = 4_000_000_000_000_000
+
+
+def _stamps(rows: list[Sequence[Any]]) -> list[datetime] | list[None]:
+    """The rows' timestamps (column 3, integer microseconds) as UTC datetimes, all at once.
+
+    msgspec turns a list of float seconds into datetimes in C, some ten times faster than a
+    datetime made per row in Python. Exact below `_FLOAT_EXACT_BELOW`: the caller makes the
+    others with integer arithmetic, and all of them when this gives None for every row (a
+    column that is not all numbers, which the caller then reports row by row).
+    """
+    try:
+        return _convert([r[3] / 1e6 for r in rows], list[datetime], strict=False)
+    except (TypeError, OverflowError, msgspec.ValidationError):
+        return [None] * len(rows)
 
 
 _pause_lock: Final = threading.Lock()
@@ -402,7 +418,7 @@ def _event_type(name: str) -> EventType:
 
 
 _timedelta: Final = timedelta
-_fromtimestamp: Final = datetime.fromtimestamp
+_convert: Final = msgspec.convert
 _decode_body: Final = _decoder.decode
 _MESSAGE: Final = EventType.MESSAGE
 _TYPES: Final = {"MESSAGE": EventType.MESSAGE, "COMPACTION": EventType.COMPACTION}
