@@ -27,16 +27,18 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from turnlog import events as _events
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import (
     EventType,
     Message,
     Session,
     SessionEvent,
+    TokenCount,
     _trust,
     shared_token_count,
 )
@@ -79,16 +81,16 @@ class _OutMessage(msgspec.Struct, omit_defaults=True):
 
 
 class _Tokens(msgspec.Struct, array_like=True):
-    counter: str
-    count: int
+    counter: Annotated[str, msgspec.Meta(min_length=1)]
+    count: Annotated[int, msgspec.Meta(ge=0)]
 
 
 class _Body(msgspec.Struct, omit_defaults=True):
     """A stored body, decoded straight into the public `Message` (and its calls and results):
     msgspec builds them in C and checks each field's type, the role included; their own checks
-    are skipped (`trusted_records`)."""
+    are skipped (see `events._Trust`). An unknown format version fails in C too."""
 
-    v: int
+    v: Literal[1]  # FORMAT_VERSION
     message: Message | None = None
     payload: Any = None
     metadata: dict[str, Any] = {}
@@ -243,11 +245,13 @@ def event_from_row(
 
 def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[SessionEvent]:
     """The events of one session's stored rows, each `(seq, id, type name, timestamp in
-    microseconds, synthetic, body)`: the loop that reads a whole log.
+    microseconds, synthetic, body)`: the loop that reads a whole log. A type name of None
+    reads as MESSAGE.
 
     msgspec decodes each body straight into the public records (`Message`, `ToolCall`,
-    `ToolResult`), checking every field's type in C; the records' own checks, which would
-    repeat that work in Python, are skipped while the rows are decoded (`trusted_records`).
+    `ToolResult`), checking every field's type in C, and runs no Python for them (their own
+    checks run when the application builds one); the event records are built here without
+    repeating their checks either (see `events._Trust`).
 
     Raises:
         CorruptData: a row cannot be decoded; names the session and the row's seq.
@@ -259,21 +263,22 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     trust.on = True
     seq: Any = None
     event_id: Any = None
+    shared = _events._shared_counts  # one record per (counter, count): see shared_token_count
+    last_counter: str | None = None
+    by_count: dict[int, TokenCount] | None = None
     try:
         rows = rows if isinstance(rows, list) else list(rows)
         for (seq, event_id, type_name, micros, synthetic, body), stamp in zip(
             rows, _stamps(rows), strict=True
         ):
             decoded = _decode_body(body)
-            if decoded.v != 1:  # FORMAT_VERSION
-                raise ValueError(f"unknown body format {decoded.v}")
             event_type = _TYPES.get(type_name) or _event_type(type_name)
             message = decoded.message
             if message is None:
                 if event_type is _MESSAGE:
-                    raise ValueError(f"a {type_name} row without a message")
+                    raise ValueError("a MESSAGE row without a message")
             elif event_type is not _MESSAGE:
-                raise ValueError(f"a {type_name} row with a message")
+                raise ValueError(f"a {event_type.name} row with a message")
             if type(micros) is not int:
                 raise TypeError(f"a timestamp is stored as integer microseconds, found {micros!r}")
             if stamp is None or not 0 <= micros < _FLOAT_EXACT_BELOW:
@@ -281,9 +286,16 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
             counted = decoded.tokens
             tokens = None
             if counted is not None:
-                if message is None or counted.count < 0 or not counted.counter:
-                    raise ValueError(f"a bad token count {[counted.counter, counted.count]!r}")
-                tokens = shared_token_count(counted.counter, counted.count)
+                if message is None:
+                    raise ValueError("a token count on an event that is not a message")
+                counter, count = counted.counter, counted.count
+                if counter != last_counter:
+                    last_counter, by_count = counter, shared.get(counter)
+                if by_count is not None:
+                    tokens = by_count.get(count)
+                if tokens is None:
+                    tokens = shared_token_count(counter, count)
+                    by_count = shared.get(counter)
             append(
                 SessionEvent(
                     event_id,
@@ -421,7 +433,11 @@ _timedelta: Final = timedelta
 _convert: Final = msgspec.convert
 _decode_body: Final = _decoder.decode
 _MESSAGE: Final = EventType.MESSAGE
-_TYPES: Final = {"MESSAGE": EventType.MESSAGE, "COMPACTION": EventType.COMPACTION}
+_TYPES: Final = {
+    "MESSAGE": EventType.MESSAGE,
+    None: EventType.MESSAGE,  # a store that leaves out the most common type
+    "COMPACTION": EventType.COMPACTION,
+}
 
 
 def dump_json(value: Any) -> str:

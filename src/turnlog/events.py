@@ -172,14 +172,14 @@ def plain_json(value: JsonValue) -> JsonValue:
 
 
 class _Trust(threading.local):
-    """Whether records built on this thread skip their checks (`__post_init__`).
+    """Whether `SessionEvent` and `TokenCount` records built on this thread skip their checks.
 
-    The records of a log are msgspec Structs whose `__post_init__` checks what a caller passes.
-    A whole-log read decodes 10,000 of them from values msgspec has already typed in C, and
-    checking each again in Python would cost more than decoding it: the codec (and a store's
-    copy of an event it has checked, `trusted_copy`) sets `on` around the records it builds,
-    and puts it back when done, even on an error. Per thread, so that records built meanwhile
-    on other threads are checked as always.
+    Their `__post_init__` checks what a caller passes. A whole-log read builds 10,000 events
+    from values msgspec has already typed in C, and checking each again in Python would cost
+    more than decoding it: the codec (and a store's copy of an event it has checked,
+    `trusted_copy`) sets `on` around the records it builds, and puts it back when done, even
+    on an error. Per thread, so that records built meanwhile on other threads are checked as
+    always. (The records msgspec decodes itself need no flag: see `_Checked`.)
     """
 
     on = False
@@ -199,7 +199,20 @@ def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, 
     return as_dict
 
 
-class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False):
+class _Checked(msgspec.StructMeta):
+    """The metaclass of the records msgspec decodes from a stored body (`ToolCall`,
+    `ToolResult`, `Message`): building one in the application runs its `_check`; the decoder,
+    which types every field in C and builds the records without calling the class, does not,
+    so a whole-log read runs no Python per message. (`msgspec.structs.replace` does not check
+    either: build a new record to have it checked.)"""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        record = super().__call__(*args, **kwargs)
+        record._check()
+        return record
+
+
+class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False, metaclass=_Checked):
     """A call the assistant asks the application to make."""
 
     id: str
@@ -209,15 +222,13 @@ class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False):
     arguments: str = "{}"
     """The arguments as a JSON string, exactly as the model produced them."""
 
-    def __post_init__(self) -> None:
-        if _trust.on:
-            return
+    def _check(self) -> None:
         _check_text(self.id, "a tool call's id")
         _check_text(self.name, "a tool call's name")
         _check_text(self.arguments, "a tool call's arguments")
 
 
-class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False):
+class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False, metaclass=_Checked):
     """The application's answer to one `ToolCall`."""
 
     call_id: str
@@ -229,9 +240,7 @@ class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False):
     is_error: bool = False
     """True when the tool failed and `content` describes the failure."""
 
-    def __post_init__(self) -> None:
-        if _trust.on:
-            return
+    def _check(self) -> None:
         _check_text(self.call_id, "a tool result's call_id")
         _check_text(self.name, "a tool result's name")
         _check_text(self.content, "a tool result's content")
@@ -241,7 +250,7 @@ class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False):
             )
 
 
-class Message(msgspec.Struct, frozen=True):
+class Message(msgspec.Struct, frozen=True, metaclass=_Checked):
     """One chat message. Use the constructors `system`, `user`, `assistant` and `tool`."""
 
     role: Role
@@ -255,9 +264,7 @@ class Message(msgspec.Struct, frozen=True):
     metadata: Mapping[str, JsonValue] = {}
     """Free-form JSON the application attaches."""
 
-    def __post_init__(self) -> None:
-        if _trust.on:
-            return
+    def _check(self) -> None:
         if self.role not in ROLES:
             raise InvalidInput(
                 f"unknown role {self.role!r}: use one of system, user, assistant, tool"

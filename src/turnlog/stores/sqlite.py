@@ -95,7 +95,9 @@ CREATE TABLE turnlog_events (
 CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 """
 
-_COLUMNS: Final = "seq, id, type, timestamp, synthetic, body"
+# NULL for a message event's type: one str fewer to build per row (codec.events_from_rows
+# reads a None type as MESSAGE).
+_COLUMNS: Final = "seq, id, NULLIF(type, 'MESSAGE'), timestamp, synthetic, body"
 _CHUNK: Final = 500
 _PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 _MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
@@ -928,7 +930,7 @@ class SqliteStore:
         return rows
 
     def _message_ids(self, conn: sqlite3.Connection, session_id: str, ids: list[str]) -> set[str]:
-        return {r[1] for r in self._by_ids(conn, session_id, ids) if r[2] == EventType.MESSAGE.name}
+        return {r[1] for r in self._by_ids(conn, session_id, ids) if r[2] is None}  # a MESSAGE
 
     def _event_by_id(self, session_id: str, event_id: str) -> SessionEvent | None:
         with self._read() as conn:
