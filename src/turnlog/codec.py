@@ -340,6 +340,8 @@ def _stamps(rows: list[Sequence[Any]]) -> list[datetime] | list[None]:
     others with integer arithmetic, and all of them when this gives None for every row (a
     column that is not all numbers, which the caller then reports row by row).
     """
+    if len(rows) < 16:  # not worth a conversion call: the caller makes them one by one
+        return [None] * len(rows)
     try:
         return _convert([r[3] / 1e6 for r in rows], list[datetime], strict=False)
     except (TypeError, OverflowError, msgspec.ValidationError):

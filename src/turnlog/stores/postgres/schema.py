@@ -28,12 +28,32 @@ from turnlog.stores.postgres.ddl import (
 __all__ = ["ensure_schema", "migrate", "partition_count"]
 
 
+def _schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The version recorded in the schema's schema_version table.
+
+    Raises:
+        CorruptData: the table holds no version.
+    """
+    found = conn.execute(compose("SELECT max(version) FROM {s}.schema_version", schema)).fetchone()
+    if found is None or not isinstance(found[0], int):
+        raise CorruptData(f"PostgreSQL schema {schema!r}: the turnlog schema version is missing")
+    return found[0]
+
+
 def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """The applied schema version; None when the schema has no turnlog tables.
 
     Raises:
         CorruptData: the schema holds tables of something else.
     """
+    # The usual case first, in one indexed catalogue lookup: a schema turnlog made keeps its
+    # schema_version table, so once it is seen the version can be read on its own. (Listing
+    # the schema's tables scans pg_class: 5-10 ms on a new connection.)
+    known = conn.execute(
+        "SELECT to_regclass(format('%%I.schema_version', %s::text)) IS NOT NULL", (schema,)
+    ).fetchone()
+    if known is not None and known[0]:
+        return _schema_version(conn, schema)
     # One statement, so one snapshot: reading "is there a schema_version table" and "which
     # tables are there" apart would let another process's migration commit in between and
     # make a half-seen turnlog schema look like someone else's tables.
@@ -44,14 +64,7 @@ def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int | None
         )
     ]
     if "schema_version" in tables:
-        found = conn.execute(
-            compose("SELECT max(version) FROM {s}.schema_version", schema)
-        ).fetchone()
-        if found is None or not isinstance(found[0], int):
-            raise CorruptData(
-                f"PostgreSQL schema {schema!r}: the turnlog schema version is missing"
-            )
-        return found[0]
+        return _schema_version(conn, schema)
     if tables:
         raise CorruptData(
             f"PostgreSQL schema {schema!r} holds tables of something else "

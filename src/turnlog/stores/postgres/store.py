@@ -549,7 +549,7 @@ class PostgresStore:
         if not rows:
             raise SessionNotFound(session_id)
         boundary_seq = rows[0][0]
-        events = [] if rows[0][1] is None else [event_of(session_id, r[1:]) for r in rows]
+        events = [] if rows[0][1] is None else events_of(session_id, [r[1:] for r in rows])
         if boundary_seq is None:
             return events
         if not any(e.seq == boundary_seq for e in events):

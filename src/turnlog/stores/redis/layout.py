@@ -15,7 +15,14 @@ from urllib.parse import quote
 
 import msgspec
 
-from turnlog.codec import decode_session, encode_body, event_from_row, gc_paused, to_micros
+from turnlog.codec import (
+    decode_session,
+    encode_body,
+    event_from_row,
+    events_from_rows,
+    gc_paused,
+    to_micros,
+)
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
@@ -28,6 +35,7 @@ __all__ = [
     "check_prefix",
     "decode_record",
     "event_of",
+    "events_of",
     "index_member",
     "messages_of",
     "session_of",
@@ -275,13 +283,31 @@ def messages_of(session_id: str, first: int, records: Sequence[bytes | None]) ->
     Raises:
         CorruptData: a record is missing or damaged.
     """
-    out = []
+    rows = []
+    for seq, record in enumerate(records, start=first):
+        head, body = split_record(session_id, seq, record)
+        if head[1] == "MESSAGE":
+            rows.append((seq, head[0], head[1], head[2], head[3], body))
     with gc_paused():  # a never-compacted view can be the whole log
-        for seq, record in enumerate(records, start=first):
-            head, body = split_record(session_id, seq, record)
-            if head[1] == "MESSAGE":
-                out.append(event_of(session_id, seq, head, body))
-    return out
+        return events_from_rows(session_id, rows)
+
+
+def events_of(
+    session_id: str, first: int, records: Sequence[bytes | None], names: set[str] | None = None
+) -> list[SessionEvent]:
+    """The events among consecutive records starting at seq `first`: all of them, or those
+    whose type is in `names`.
+
+    Raises:
+        CorruptData: a record is missing or damaged.
+    """
+    rows = []
+    for seq, record in enumerate(records, start=first):
+        head, body = split_record(session_id, seq, record)
+        if names is None or head[1] in names:
+            rows.append((seq, head[0], head[1], head[2], head[3], body))
+    with gc_paused():
+        return events_from_rows(session_id, rows)
 
 
 def view_of(session_id: str, reply: Sequence[Any]) -> list[SessionEvent]:

@@ -32,7 +32,6 @@ from turnlog.codec import (
     dump_json,
     encode_body,
     from_micros,
-    gc_paused,
     message_ids,
     message_role,
     to_micros,
@@ -66,7 +65,7 @@ from turnlog.stores.redis.core_async import ATTEMPTS, RACES, AsyncRedisCore, gua
 from turnlog.stores.redis.layout import (
     batch_args,
     decode_record,
-    event_of,
+    events_of,
     index_member,
     session_of,
     split_member,
@@ -548,25 +547,15 @@ class AsyncRedisStore(AsyncRedisCore):
         if flt.active_view:
             return apply_filter(await self.view(session_id), flt)
         names = None if flt.event_types is None else {t.name for t in flt.event_types}
-        out = []
         records = await self._log(session_id, 1)
-        with gc_paused():
-            for seq, record in enumerate(records, start=1):
-                head, body = split_record(session_id, seq, record)
-                if names is None or head[1] in names:
-                    out.append(event_of(session_id, seq, head, body))
-        return apply_filter(out, flt)
+        return apply_filter(events_of(session_id, 1, records, names), flt)
 
     @guarded
     async def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         check_id(session_id, "session id")
         after, limit = check_range(after, limit)
-        out = []
         records = await self._log(session_id, after + 1, min(after + limit, 2**62))
-        for seq, record in enumerate(records, start=after + 1):
-            head, body = split_record(session_id, seq, record)
-            out.append(event_of(session_id, seq, head, body))
-        return out
+        return events_of(session_id, after + 1, records)
 
     async def _log(
         self, session_id: str, first: int, last: int | None = None
