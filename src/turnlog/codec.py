@@ -303,7 +303,7 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                     event_type,
                     message,
                     decoded.payload,
-                    decoded.metadata,
+                    decoded.metadata or _EMPTY,  # one shared {} as for_message gives
                     bool(synthetic),
                     seq,
                     stamp,
@@ -433,6 +433,7 @@ def _event_type(name: str) -> EventType:
 
 _timedelta: Final = timedelta
 _convert: Final = msgspec.convert
+_EMPTY: Final = _events._EMPTY
 _decode_body: Final = _decoder.decode
 _MESSAGE: Final = EventType.MESSAGE
 _TYPES: Final = {
