@@ -271,20 +271,34 @@ def test_decoded_counts_are_shared_per_counter_and_value_and_never_mixed_up(monk
         assert counted(f"codec-test/many-{n}", n) == TokenCount(f"codec-test/many-{n}", n)
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    st.one_of(
-        st.integers(to_micros(MIN_TIMESTAMP), to_micros(MAX_TIMESTAMP)),
-        st.integers(0, 5_000_000_000_000_000),  # around the float path's limit (4e15)
-        st.integers(1_600_000_000_000_000, 1_900_000_000_000_000),  # the years of real logs
-    )
+_BODY = b'{"v": 1, "message": {"role": "user", "text": "t"}}'
+_MICROS = st.one_of(
+    st.integers(to_micros(MIN_TIMESTAMP), to_micros(MAX_TIMESTAMP)),
+    st.integers(0, 5_000_000_000_000_000),  # around the float path's limit (4e15)
+    st.integers(1_600_000_000_000_000, 1_900_000_000_000_000),  # the years of real logs
 )
-def test_decoded_timestamps_are_exact_to_the_microsecond(micros):
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MICROS, min_size=16, max_size=40))
+def test_decoded_timestamps_are_exact_to_the_microsecond(stamps):
+    # One batch (from 16 rows, its timestamps are converted all at once) and each row alone.
     # Oracle: integer arithmetic on a timedelta, never a float.
-    want = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
-    got = _row(b'{"v": 1, "message": {"role": "user", "text": "t"}}', micros=micros).timestamp
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    want = [epoch + timedelta(microseconds=m) for m in stamps]
+    rows = [(i, f"e{i}", "MESSAGE", m, 0, _BODY) for i, m in enumerate(stamps, 1)]
+    got = [e.timestamp for e in events_from_rows("sx", rows)]
     assert got == want
-    assert got.tzinfo is UTC
+    assert all(t.tzinfo is UTC for t in got)
+    assert [_row(_BODY, micros=m).timestamp for m in stamps] == want
+
+
+def test_a_damaged_timestamp_in_a_batch_names_its_row():
+    for bad in (2**62, -(2**62), "12", 1.5, True):
+        rows = [(i, f"e{i}", "MESSAGE", 1_764_000_000_000_000 + i, 0, _BODY) for i in range(1, 31)]
+        rows[20] = (21, "e21", "MESSAGE", bad, 0, _BODY)
+        with pytest.raises(CorruptData, match=r"seq 21 \('e21'\) of session 'sx'"):
+            events_from_rows("sx", rows)
 
 
 def test_timestamps_at_the_edges_of_the_float_path_are_exact():
