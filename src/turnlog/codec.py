@@ -343,7 +343,7 @@ def _stamps(rows: list[Sequence[Any]]) -> list[datetime] | list[None]:
     if len(rows) < 16:  # not worth a conversion call: the caller makes them one by one
         return [None] * len(rows)
     try:
-        return _convert([r[3] / 1e6 for r in rows], list[datetime], strict=False)
+        return _convert([r[3] / 1e6 for r in rows], _DATETIMES, strict=False)
     except (TypeError, OverflowError, msgspec.ValidationError):
         return [None] * len(rows)
 
@@ -433,6 +433,7 @@ def _event_type(name: str) -> EventType:
 
 _timedelta: Final = timedelta
 _convert: Final = msgspec.convert
+_DATETIMES: Final = list[datetime]
 _EMPTY: Final = _events._EMPTY
 _decode_body: Final = _decoder.decode
 _MESSAGE: Final = EventType.MESSAGE

@@ -8,7 +8,7 @@ generated twins `store.py`, `cluster.py`); nothing here talks to a server.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import quote
@@ -283,17 +283,17 @@ def messages_of(session_id: str, first: int, records: Sequence[bytes | None]) ->
     Raises:
         CorruptData: a record is missing or damaged.
     """
-    rows = []
-    for seq, record in enumerate(records, start=first):
-        head, body = split_record(session_id, seq, record)
-        if head[1] == "MESSAGE":
-            rows.append((seq, head[0], head[1], head[2], head[3], body))
-    with gc_paused():  # a never-compacted view can be the whole log
-        return events_from_rows(session_id, rows)
+    return events_of(session_id, first, records, _MESSAGES)  # can be the whole log
+
+
+_MESSAGES: Final = frozenset({"MESSAGE"})
 
 
 def events_of(
-    session_id: str, first: int, records: Sequence[bytes | None], names: set[str] | None = None
+    session_id: str,
+    first: int,
+    records: Sequence[bytes | None],
+    names: Collection[str] | None = None,
 ) -> list[SessionEvent]:
     """The events among consecutive records starting at seq `first`: all of them, or those
     whose type is in `names`.
