@@ -390,6 +390,11 @@ class AppendsAfterTheFirstRead:
         self._after_read("view", session_id)
         return out
 
+    def view_lazy(self, session_id):  # what a compaction pass reads
+        out = self.inner.view_lazy(session_id)
+        self._after_read("view", session_id)
+        return out
+
     def __getattr__(self, name):
         return getattr(self.inner, name)
 

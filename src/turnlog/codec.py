@@ -42,6 +42,7 @@ from turnlog.events import (
     _trust,
     shared_token_count,
 )
+from turnlog.lazy import LazyEvents
 
 __all__ = [
     "FORMAT_VERSION",
@@ -54,6 +55,7 @@ __all__ = [
     "events_from_rows",
     "from_micros",
     "gc_paused",
+    "lazy_events_from_rows",
     "load_json",
     "message_ids",
     "message_role",
@@ -122,10 +124,19 @@ class _RoleBody(msgspec.Struct):
     message: _RoleMessage | None = None
 
 
+class _OutlineBody(msgspec.Struct):
+    """What a compaction plans from: the format version, the role and the stored count."""
+
+    v: Literal[1]  # FORMAT_VERSION
+    message: _RoleMessage | None = None
+    tokens: _Tokens | None = None
+
+
 _encoder: Final = msgspec.json.Encoder()
 _ids_decoder: Final = msgspec.json.Decoder(_IdsBody)
 _role_decoder: Final = msgspec.json.Decoder(_RoleBody)
 _decoder: Final = msgspec.json.Decoder(_Body)
+_outline_decoder: Final = msgspec.json.Decoder(_OutlineBody)
 _any_decoder: Final = msgspec.json.Decoder()
 
 
@@ -325,6 +336,66 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     finally:
         trust.on = before
     return out
+
+
+def lazy_events_from_rows(session_id: str, rows: list[Sequence[Any]]) -> LazyEvents:
+    """The events of one session's stored rows (as `events_from_rows` takes them), decoded
+    on first access: what is read now is each row's outline (id, role, synthetic flag, stored
+    count), by msgspec from each body, building no message (a body is not copied: one
+    decode per row touches less new memory than one over the bodies joined, which a fresh
+    process pays for in page faults).
+
+    The rows are kept; a row is decoded when its event is first read (`LazyEvents`), and a
+    damaged one raises `CorruptData` then, naming the session and the row. A body that is not
+    JSON of format 1, or whose role or count has the wrong type, is refused now.
+
+    Raises:
+        CorruptData: a row's outline cannot be read; names the session and the row's seq.
+    """
+    outline = _outline_decoder.decode
+    try:
+        outlines = [outline(r[5]) for r in rows]
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+        outlines = [_outline_of(session_id, row) for row in rows]  # names the damaged row
+    roles: list[str | None] = [None if (m := o.message) is None else m.role for o in outlines]
+    types = [r[2] for r in rows]
+    if None in roles or types.count(None) + types.count("MESSAGE") != len(types):
+        for row in rows:  # not only messages: check each row's type against its body
+            _outline_of(session_id, row)
+    tokens = [o.tokens for o in outlines]
+
+    def decode(positions: list[int]) -> list[SessionEvent]:
+        chosen = [rows[p] for p in positions]
+        if len(chosen) < 1_000:
+            return events_from_rows(session_id, chosen)
+        with gc_paused():
+            return events_from_rows(session_id, chosen)
+
+    return LazyEvents.of_rows(
+        [r[1] for r in rows], roles, [bool(r[4]) for r in rows], tokens, decode
+    )
+
+
+def _outline_of(session_id: str, row: Sequence[Any]) -> _OutlineBody:
+    """One row's outline, checked against its type column.
+
+    Raises:
+        CorruptData: the row is damaged; names the session and the row's seq.
+    """
+    seq, event_id, type_name, _micros, _synthetic, body = row
+    try:
+        outline = _outline_decoder.decode(body)
+        if (outline.message is None) != (type_name is not None and type_name != "MESSAGE"):
+            raise ValueError("the row's type and its message disagree")
+        if outline.tokens is not None and outline.message is None:
+            raise ValueError("a token count on an event that is not a message")
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+        raise CorruptData(
+            f"event seq {seq} ({event_id!r}) of session {session_id!r} cannot be read: {exc}. "
+            "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
+            "inspect it with `turnlog show --log`."
+        ) from exc
+    return outline
 
 
 # Below this many microseconds since the epoch (the year 2096), a float of seconds holds the

@@ -29,6 +29,7 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.lazy import LazyEvents
 from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol import SessionStore
@@ -533,11 +534,15 @@ class SessionService:
         trigger: CompactionTrigger,
         strategy: CompactionStrategy,
         seen: tuple[int, Sequence[SessionEvent]] | None,
-    ) -> tuple[bool, CompactionResult, list[SessionEvent]]:
-        """One pass: (whether the trigger fired, the result, the view it started from)."""
+    ) -> tuple[bool, CompactionResult, Sequence[SessionEvent]]:
+        """One pass: (whether the trigger fired, the result, the view it started from).
+
+        The view is read lazily: the strategy plans from its outline, and the events it covers
+        are decoded only if the caller reads `covered_events`.
+        """
         if seen is None:
             version = self.store.version(session.id)
-            view = self.store.view(session.id)
+            view: Sequence[SessionEvent] = self._lazy_view(session.id)
         else:
             version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
@@ -552,6 +557,14 @@ class SessionService:
         except VersionConflict:
             return True, result.as_conflict(), view
         return True, result, view
+
+    def _lazy_view(self, session_id: str) -> LazyEvents:
+        """The store's `view_lazy`; its `view`, outlined, for a store written before it."""
+        lazy = getattr(self.store, "view_lazy", None)
+        if lazy is None:
+            return LazyEvents.of(self.store.view(session_id))
+        result: LazyEvents = lazy(session_id)
+        return result
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

@@ -27,6 +27,7 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.lazy import LazyEvents
 from turnlog.rules import repair_messages
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol_async import AsyncSessionStore
@@ -535,11 +536,15 @@ class AsyncSessionService:
         trigger: CompactionTrigger,
         strategy: CompactionStrategy,
         seen: tuple[int, Sequence[SessionEvent]] | None,
-    ) -> tuple[bool, CompactionResult, list[SessionEvent]]:
-        """One pass: (whether the trigger fired, the result, the view it started from)."""
+    ) -> tuple[bool, CompactionResult, Sequence[SessionEvent]]:
+        """One pass: (whether the trigger fired, the result, the view it started from).
+
+        The view is read lazily: the strategy plans from its outline, and the events it covers
+        are decoded only if the caller reads `covered_events`.
+        """
         if seen is None:
             version = await self.store.version(session.id)
-            view = await self.store.view(session.id)
+            view: Sequence[SessionEvent] = await self._lazy_view(session.id)
         else:
             version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
@@ -554,6 +559,14 @@ class AsyncSessionService:
         except VersionConflict:
             return True, result.as_conflict(), view
         return True, result, view
+
+    async def _lazy_view(self, session_id: str) -> LazyEvents:
+        """The store's `view_lazy`; its `view`, outlined, for a store written before it."""
+        lazy = getattr(self.store, "view_lazy", None)
+        if lazy is None:
+            return LazyEvents.of(await self.store.view(session_id))
+        result: LazyEvents = await lazy(session_id)
+        return result
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from turnlog.events import Message, SessionEvent, TokenCount, shared_token_count
+from turnlog.lazy import LazyEvents
 from turnlog.text import event_text, message_text
 
 __all__ = [
@@ -226,10 +227,18 @@ class EventTokens:
 
     def counts(self, events: Iterable[SessionEvent]) -> list[int]:
         """The tokens of each event, in order; uncached ones are counted in one batch."""
-        events = list(events)
         identity = self.identity
-        out: list[int | None] = [None] * len(events)
-        unknown: list[int] = []
+        if isinstance(events, LazyEvents):  # the stored counts are known without decoding
+            out: list[int | None] = events.stored_counts(identity)
+            unknown = [i for i, n in enumerate(out) if n is None]
+            if not unknown:
+                return out  # type: ignore[return-value]  # every slot is filled
+            for i, n in zip(unknown, self.counts(list(events.select(unknown))), strict=True):
+                out[i] = n  # decoded, then counted (or found in the cache) as any event
+            return out  # type: ignore[return-value]
+        events = list(events)
+        out = [None] * len(events)
+        unknown = []
         for i, event in enumerate(events):
             tokens = event.tokens
             if tokens is not None and tokens.counter == identity:

@@ -9,6 +9,7 @@ from typing import Protocol, TypeAlias
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.events import Message, Session, SessionEvent
+from turnlog.lazy import LazyEvents
 from turnlog.tokens import TokenCounter
 
 __all__ = [
@@ -23,7 +24,12 @@ __all__ = [
 
 
 def count_turns(view: Sequence[SessionEvent]) -> int:
-    """The turns of a view: its non-synthetic user messages."""
+    """The turns of a view: its non-synthetic user messages (read from the outline of a
+    `LazyEvents`, decoding nothing)."""
+    if isinstance(view, LazyEvents):
+        return sum(
+            1 for r, s in zip(view.roles, view.synthetic, strict=True) if r == "user" and not s
+        )
     # `SessionEvent.starts_turn`, spelled out: a view of 10,000 events is walked in 1 ms
     return sum(
         1 for e in view if not e.synthetic and (m := e.message) is not None and m.role == "user"
@@ -37,14 +43,16 @@ class CompactionRequest:
     session: Session
     """The session."""
     view: Sequence[SessionEvent]
-    """Its active view, in view order."""
+    """Its active view, in view order: a tuple, or a `LazyEvents` when the service read it
+    from a store that reads lazily (it behaves as a tuple; its events are decoded when
+    read)."""
     turn_count: int
     """The view's turns (non-synthetic user messages)."""
 
     @classmethod
     def of(cls, session: Session, view: Sequence[SessionEvent]) -> CompactionRequest:
-        """A request for `view`, with its turns counted."""
-        return cls(session, tuple(view), count_turns(view))
+        """A request for `view`, with its turns counted (a `LazyEvents` is kept as it is)."""
+        return cls(session, _frozen(view), count_turns(view))
 
 
 CompactionTrigger: TypeAlias = Callable[[CompactionRequest], bool | Awaitable[bool]]
@@ -86,9 +94,10 @@ class CompactionResult:
     """True when nothing left the view and nothing was (or is to be) written."""
     conflict: bool = False
     """True when another writer appended first; nothing was written. Retry if you like."""
-    covered_events: tuple[SessionEvent, ...] = ()
+    covered_events: Sequence[SessionEvent] = ()
     """The events that left the view (a cleared one too: its stand-in took its place); they
-    stay in the log."""
+    stay in the log. A tuple, or a `LazyEvents` (decoded when read) when the pass read its
+    view lazily."""
     pinned_events: tuple[SessionEvent, ...] = ()
     """Kept at the front of the view: the system prompt, a preamble, a carried-forward summary."""
     preserved_events: tuple[SessionEvent, ...] = ()
@@ -104,13 +113,14 @@ class CompactionResult:
     """Tokens of the covered events minus tokens of the summary, by the strategy's counter."""
     boundary: CompactionBoundary | None = None
     """The boundary to append; None when unchanged."""
-    view: tuple[SessionEvent, ...] = field(default=(), repr=False)
-    """The active view after this pass (the view before it when unchanged)."""
+    view: Sequence[SessionEvent] = field(default=(), repr=False)
+    """The active view after this pass (the view before it when unchanged: then a
+    `LazyEvents` when the pass read it lazily)."""
 
     @classmethod
     def nothing(cls, view: Sequence[SessionEvent] = ()) -> CompactionResult:
         """A result that changes nothing."""
-        return cls(unchanged=True, view=tuple(view))
+        return cls(unchanged=True, view=_frozen(view))
 
     def as_conflict(self) -> CompactionResult:
         """This pass lost the race: unchanged, `conflict=True`, nothing to write."""
@@ -122,6 +132,11 @@ class CompactionResult:
         if self.unchanged or self.boundary is None:
             return []
         return [self.boundary.to_event(session_id), *self.summary_events, *self.stand_in_events]
+
+
+def _frozen(view: Sequence[SessionEvent]) -> Sequence[SessionEvent]:
+    """`view` as a tuple; a `LazyEvents` (read-only already) is kept, nothing decoded."""
+    return view if isinstance(view, LazyEvents) else tuple(view)
 
 
 class CompactionStrategy(Protocol):

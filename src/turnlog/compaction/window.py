@@ -17,6 +17,7 @@ from turnlog.compaction.base import (
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, new_id
+from turnlog.lazy import outline_of, pick
 from turnlog.rules import check_summary
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 
@@ -157,47 +158,48 @@ class WindowCompactionStrategy:
         return self.summarizer(plan.summary_request)
 
     def _plan(self, request: CompactionRequest) -> _Plan | CompactionResult:
-        """Everything up to the summary; an unchanged result when nothing leaves the view."""
-        view = list(request.view)
-        # One walk over the view, with `role` and `starts_turn` spelled out (a view of
-        # 10,000 events is planned in a few ms).
-        systems: list[SessionEvent] = []
+        """Everything up to the summary; an unchanged result when nothing leaves the view.
+
+        Planned on positions in the view from its roles and synthetic flags, in one walk (a
+        `LazyEvents` view gives them without decoding an event: the pass then decodes only
+        the events it keeps).
+        """
+        view = request.view
+        roles, synthetic = outline_of(view)
+        systems: list[int] = []
         first_turn: int | None = None
-        for i, e in enumerate(view):
-            m = e.message
-            if m is None:
-                continue
-            if m.role == "system":
-                systems.append(e)
-            elif first_turn is None and m.role == "user" and not e.synthetic:
+        for i, role in enumerate(roles):
+            if role == "system":
+                systems.append(i)
+            elif first_turn is None and role == "user" and not synthetic[i]:
                 first_turn = i
-        latest_system = systems[-1] if systems else None
         if first_turn is None:
             return CompactionResult.nothing(view)
-        head = [e for e in view[:first_turn] if not _is_system(e)]
-        preamble = [e for e in head if not e.synthetic]
-        prior_summary = [e for e in head if e.synthetic]
-        conversation = (
-            [e for e in view[first_turn:] if not _is_system(e)] if systems else view[first_turn:]
-        )
+        head = [i for i in range(first_turn) if roles[i] != "system"]
+        preamble = [i for i in head if not synthetic[i]]
+        prior_summary = [i for i in head if synthetic[i]]
+        if systems:
+            conversation = [i for i in range(first_turn, len(roles)) if roles[i] != "system"]
+        else:
+            conversation = list(range(first_turn, len(roles)))
 
-        pinned = [latest_system] if latest_system is not None else []
-        pinned += preamble
+        pinned = systems[-1:] + preamble
         if self.summarizer is None:
             pinned += prior_summary
 
-        cut = self._cut(conversation, pinned)
+        cut = self._cut(view, conversation, pinned, roles, synthetic)
         if cut == 0:
             return CompactionResult.nothing(view)
         preserved = conversation[cut:]
-        superseded = [e for e in systems if e is not latest_system]
         summary_request = None
         if self.summarizer is not None:
+            # the superseded system messages and the cut conversation, in view order
+            covered = sorted(systems[:-1] + conversation[:cut])
             summary_request = SummaryRequest(
                 session=request.session,
-                prior_summary=tuple(prior_summary),
-                covered=tuple(_in_view_order(view, superseded + conversation[:cut])),
-                preserved=tuple(preserved),
+                prior_summary=tuple(pick(view, prior_summary)),
+                covered=tuple(pick(view, covered)),
+                preserved=tuple(pick(view, preserved)),
                 token_counter=self._tokens.counter,
             )
         return _Plan(view, pinned, preserved, summary_request)
@@ -206,7 +208,7 @@ class WindowCompactionStrategy:
         self, request: CompactionRequest, plan: _Plan, reply: Sequence[Message]
     ) -> CompactionResult:
         """The result of `plan` with the summarizer's `reply` (empty without a summarizer)."""
-        view, pinned, preserved = plan.view, plan.pinned, plan.preserved
+        view = plan.view
         summary_messages = list(reply)
         if plan.summary_request is not None:
             if not summary_messages:
@@ -216,8 +218,10 @@ class WindowCompactionStrategy:
         summary_events = tuple(
             SessionEvent.for_message(session_id, m, synthetic=True) for m in summary_messages
         )
-        kept_ids = {id(e) for e in pinned} | {id(e) for e in preserved}
-        covered = tuple(e for e in view if id(e) not in kept_ids)
+        kept = set(plan.pinned) | set(plan.preserved)
+        covered = pick(view, [i for i in range(len(view)) if i not in kept])
+        pinned = tuple(pick(view, plan.pinned))
+        preserved = tuple(pick(view, plan.preserved))
         saved = self._tokens.total(covered) - self._tokens.total(summary_events)
         boundary = CompactionBoundary(
             id=new_id(),
@@ -231,8 +235,8 @@ class WindowCompactionStrategy:
         return CompactionResult(
             unchanged=False,
             covered_events=covered,
-            pinned_events=tuple(pinned),
-            preserved_events=tuple(preserved),
+            pinned_events=pinned,
+            preserved_events=preserved,
             summary=tuple(summary_messages),
             summary_events=summary_events,
             tokens_estimated_saved=saved,
@@ -240,23 +244,27 @@ class WindowCompactionStrategy:
             view=(*pinned, *summary_events, *preserved),
         )
 
-    def _cut(self, conversation: Sequence[SessionEvent], pinned: Sequence[SessionEvent]) -> int:
-        """The index in `conversation` of the first kept event; 0 keeps everything."""
-        starts = [
-            i
-            for i, e in enumerate(conversation)
-            if not e.synthetic and (m := e.message) is not None and m.role == "user"
-        ]
+    def _cut(
+        self,
+        view: Sequence[SessionEvent],
+        conversation: list[int],
+        pinned: list[int],
+        roles: Sequence[str | None],
+        synthetic: Sequence[bool],
+    ) -> int:
+        """The index in `conversation` (positions in `view`) of the first kept event; 0 keeps
+        everything."""
+        starts = [k for k, i in enumerate(conversation) if roles[i] == "user" and not synthetic[i]]
         size = self.window.size
         if self.window.kind == "last_turns":
             return starts[-size] if len(starts) > size else 0
         if self.window.kind == "last_events":
             raw = max(0, len(conversation) - size)
         else:
-            budget = size - self._tokens.total(pinned)
+            budget = size - self._tokens.total(pick(view, pinned))
             raw = len(conversation)
             if budget > 0:
-                counts = self._tokens.counts(conversation)
+                counts = self._tokens.counts(pick(view, conversation))
                 used = 0
                 while raw > 0 and used + counts[raw - 1] <= budget:
                     raw -= 1
@@ -267,21 +275,9 @@ class WindowCompactionStrategy:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """A pass decided up to its summary."""
+    """A pass decided up to its summary: positions in `view`."""
 
-    view: list[SessionEvent]
-    pinned: list[SessionEvent]
-    preserved: list[SessionEvent]
+    view: Sequence[SessionEvent]
+    pinned: list[int]
+    preserved: list[int]
     summary_request: SummaryRequest | None
-
-
-def _is_system(event: SessionEvent) -> bool:
-    m = event.message
-    return m is not None and m.role == "system"
-
-
-def _in_view_order(
-    view: Sequence[SessionEvent], events: Sequence[SessionEvent]
-) -> list[SessionEvent]:
-    wanted = {id(e) for e in events}
-    return [e for e in view if id(e) in wanted]

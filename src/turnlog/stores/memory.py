@@ -10,6 +10,7 @@ from datetime import datetime
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.lazy import LazyEvents
 from turnlog.rules import EMPTY_TAIL as EMPTY
 from turnlog.rules import check_append, needs_tail, tail_of_events
 from turnlog.stores.base import (
@@ -218,6 +219,9 @@ class MemoryStore:
     def version(self, session_id: str) -> int:
         with self._lock:
             return len(self._log(session_id).events)
+
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        return LazyEvents.of(self.view(session_id))  # decoded already: nothing to defer
 
     def view(self, session_id: str) -> list[SessionEvent]:
         with self._lock:

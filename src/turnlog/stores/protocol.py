@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 
 __all__ = ["SessionStore"]
@@ -103,6 +104,18 @@ class SessionStore(Protocol):
 
     def view(self, session_id: str) -> list[SessionEvent]:
         """The active view, in view order; reads only what it returns (and the newest boundary)."""
+        ...
+
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        """`view`, with each event decoded when it is first read (what a compaction pass
+        reads: it plans from the events' outline and decodes only what it keeps). A store that
+        reads its view whole returns `LazyEvents.of(view)`.
+
+        Raises:
+            SessionNotFound: no such session.
+            CorruptData: a row's outline cannot be read (a damaged row whose outline is intact
+                raises when its event is read).
+        """
         ...
 
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:

@@ -24,6 +24,7 @@ from turnlog.codec import (
     encode_body,
     events_from_rows,
     gc_paused,
+    lazy_events_from_rows,
     message_ids,
     to_micros,
 )
@@ -38,6 +39,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.lazy import LazyEvents
 from turnlog.rules import (
     EMPTY_TAIL,
     STARTED,
@@ -791,21 +793,19 @@ class SqliteStore:
         with self._read() as conn:
             return self._locked_version(conn, session_id)
 
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        check_id(session_id, "session id")
+        with self._read() as conn:
+            boundary_seq, rows = self._view_rows(conn, session_id)
+        if boundary_seq is None:
+            return lazy_events_from_rows(session_id, rows)
+        return LazyEvents.of(self.view(session_id))  # a compacted view: short, read whole
+
     def view(self, session_id: str) -> list[SessionEvent]:
         check_id(session_id, "session id")
         with self._read() as conn:
-            row = conn.execute(
-                "SELECT boundary_seq FROM turnlog_sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
-                raise SessionNotFound(session_id)
-            boundary_seq = row[0]
+            boundary_seq, rows = self._view_rows(conn, session_id)
             if boundary_seq is None:
-                rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? "
-                    "AND type = 'MESSAGE' ORDER BY seq",
-                    (session_id,),
-                ).fetchall()
                 return _events(session_id, rows)
             brow = conn.execute(
                 f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
@@ -836,6 +836,27 @@ class SqliteStore:
         return CompactionBoundary.project([*before, boundary_event, *_events(session_id, after)])
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _view_rows(self, conn: sqlite3.Connection, session_id: str) -> tuple[int | None, list[Any]]:
+        """(the session's boundary seq, and the rows of its view when it has none: its
+        messages; no rows are read when it has one).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        row = conn.execute(
+            "SELECT boundary_seq FROM turnlog_sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        if row[0] is not None:
+            return row[0], []
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? "
+            "AND type = 'MESSAGE' ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+        return None, rows
 
     def _locked_version(self, conn: sqlite3.Connection, session_id: str) -> int:
         row = conn.execute(

@@ -16,6 +16,7 @@ from typing import ParamSpec, TypeVar
 
 from turnlog.errors import StoreError
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 
@@ -138,6 +139,9 @@ class ThreadedAsyncStore:
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         return await self._run((await self._sync()).view, session_id)
+
+    async def view_lazy(self, session_id: str) -> LazyEvents:
+        return await self._run((await self._sync()).view_lazy, session_id)
 
     async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return await self._run((await self._sync()).record_tokens, session_id, counts)

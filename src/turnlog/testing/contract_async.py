@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 from turnlog.stores.protocol_async import AsyncSessionStore
@@ -117,6 +118,9 @@ class _Blocking:
 
     def view(self, session_id: str) -> list[SessionEvent]:
         return self._loop.run(self.async_store.view(session_id))
+
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        return self._loop.run(self.async_store.view_lazy(session_id))
 
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return self._loop.run(self.async_store.record_tokens(session_id, counts))

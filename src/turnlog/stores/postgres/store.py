@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import psycopg
 
-from turnlog.codec import dump_json, encode_body, message_ids, to_micros
+from turnlog.codec import dump_json, encode_body, lazy_events_from_rows, message_ids, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
@@ -35,6 +35,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.lazy import LazyEvents
 from turnlog.rules import Tail, check_append, needs_tail
 from turnlog.stores.base import (
     Clock,
@@ -542,12 +543,29 @@ class PostgresStore:
             raise SessionNotFound(session_id)
         return int(row[0])
 
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        rows = self._view_rows(session_id)
+        if rows[0][0] is not None or rows[0][1] is None:  # compacted (short), or empty
+            return LazyEvents.of(self._view_of(session_id, rows))
+        return lazy_events_from_rows(session_id, [r[1:] for r in rows])
+
     def view(self, session_id: str) -> list[SessionEvent]:
+        return self._view_of(session_id, self._view_rows(session_id))
+
+    def _view_rows(self, session_id: str) -> list[Any]:
+        """The rows of the view query: (boundary seq, the events' columns...) each.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
         check_id(session_id, "session id")
         with self._conn("reading the view of session", session_id) as conn:
             rows = conn.execute(self._q.view, {"sid": session_id}, binary=True).fetchall()
         if not rows:
             raise SessionNotFound(session_id)
+        return rows
+
+    def _view_of(self, session_id: str, rows: list[Any]) -> list[SessionEvent]:
         boundary_seq = rows[0][0]
         events = [] if rows[0][1] is None else events_of(session_id, [r[1:] for r in rows])
         if boundary_seq is None:

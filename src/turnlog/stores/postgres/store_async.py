@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import psycopg
 
-from turnlog.codec import dump_json, encode_body, message_ids, to_micros
+from turnlog.codec import dump_json, encode_body, lazy_events_from_rows, message_ids, to_micros
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
@@ -33,6 +33,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.lazy import LazyEvents
 from turnlog.rules import Tail, check_append, needs_tail
 from turnlog.stores.base import (
     Clock,
@@ -545,7 +546,21 @@ class AsyncPostgresStore:
             raise SessionNotFound(session_id)
         return int(row[0])
 
+    async def view_lazy(self, session_id: str) -> LazyEvents:
+        rows = await self._view_rows(session_id)
+        if rows[0][0] is not None or rows[0][1] is None:  # compacted (short), or empty
+            return LazyEvents.of(self._view_of(session_id, rows))
+        return lazy_events_from_rows(session_id, [r[1:] for r in rows])
+
     async def view(self, session_id: str) -> list[SessionEvent]:
+        return self._view_of(session_id, await self._view_rows(session_id))
+
+    async def _view_rows(self, session_id: str) -> list[Any]:
+        """The rows of the view query: (boundary seq, the events' columns...) each.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
         check_id(session_id, "session id")
         async with self._conn("reading the view of session", session_id) as conn:
             rows = await (
@@ -553,6 +568,9 @@ class AsyncPostgresStore:
             ).fetchall()
         if not rows:
             raise SessionNotFound(session_id)
+        return rows
+
+    def _view_of(self, session_id: str, rows: list[Any]) -> list[SessionEvent]:
         boundary_seq = rows[0][0]
         events = [] if rows[0][1] is None else events_of(session_id, [r[1:] for r in rows])
         if boundary_seq is None:

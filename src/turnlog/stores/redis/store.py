@@ -46,6 +46,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import Session, SessionEvent, TokenCount, check_id
+from turnlog.lazy import LazyEvents
 from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 from turnlog.stores.base import (
     EventFilter,
@@ -638,3 +639,6 @@ class RedisStore(RedisCore):
         if not reply:
             raise SessionNotFound(session_id)
         return view_of(session_id, reply)
+
+    def view_lazy(self, session_id: str) -> LazyEvents:
+        return LazyEvents.of(self.view(session_id))  # decoded in one batch with its read
