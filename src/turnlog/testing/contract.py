@@ -26,6 +26,7 @@ from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 from turnlog.testing.contract_atomicity import AtomicityContract
+from turnlog.testing.contract_lazy_view import LazyViewContract
 from turnlog.testing.contract_races import RaceContract
 from turnlog.testing.contract_regressions import RegressionContract
 from turnlog.testing.contract_stand_ins import StandInContract
@@ -44,6 +45,7 @@ class StoreContract(
     RegressionContract,
     StandInContract,
     TokenCountContract,
+    LazyViewContract,
     ContractBase,
 ):
     """The contract suite. Subclasses implement `make_store`."""
