@@ -14,10 +14,13 @@ from turnlog import (
     SessionEvent,
     SessionService,
     SqliteStore,
+    TokenCountTrigger,
     ToolCall,
     ToolResult,
     WindowCompactionStrategy,
 )
+from turnlog.compaction import sent_events
+from turnlog.compaction.reported import usage_metadata
 from turnlog.lazy import LazyEvents
 
 
@@ -209,3 +212,44 @@ def test_lazy_events_decode_each_row_once_and_in_batches():
     assert tail.decoded == 1 and list(tail) == events[2:]
     assert list(lazy) == events
     assert calls == [[3], [2, 4], [0, 1]]  # one batch per access, never a row twice
+
+
+def test_a_token_trigger_reads_the_outline(service):
+    sid = service.create().id
+    talk(service, sid, 20)
+    session = service.get(sid)
+    estimated = TokenCountTrigger(100, CharCounter(), reported=False)
+    reported = TokenCountTrigger(100, CharCounter())
+    decoded = tuple(service.store.view(sid))
+
+    lazy = service.store.view_lazy(sid)
+    tokens = estimated.tokens(CompactionRequest.of(session, lazy))
+    assert tokens == estimated.tokens(CompactionRequest.of(session, decoded)) > 100
+    assert lazy.decoded == 0
+
+    # no report in the view: the walk back reads the assistant events, and only those
+    lazy = service.store.view_lazy(sid)
+    assert reported.tokens(CompactionRequest.of(session, lazy)) == tokens
+    assert lazy.decoded == sum(1 for e in decoded if e.role == "assistant")
+
+    # a report: the newest assistant event alone is decoded; the prompt is matched by ids
+    service.append_message(sid, Message.user("one more"))
+    prompt = sent_events(service.view(sid))
+    usage = usage_metadata(
+        input_tokens=5_000,
+        output_tokens=3,
+        cached_input_tokens=None,
+        model="m",
+        stop_reason="stop",
+        prompt=prompt,
+    )
+    service.append_events(
+        sid,
+        [SessionEvent.for_message(sid, Message.assistant("ok"), metadata=usage)],
+        service.store.version(sid),
+    )
+    lazy = service.store.view_lazy(sid)
+    expected = reported.tokens(CompactionRequest.of(session, tuple(service.store.view(sid))))
+    assert reported.tokens(CompactionRequest.of(session, lazy)) == expected
+    assert 5_000 < expected < 5_000 + tokens
+    assert lazy.decoded == 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from turnlog.events import JsonValue, SessionEvent
+from turnlog.lazy import LazyEvents
 
 __all__ = ["USAGE_KEY", "Reported", "latest_report", "prompt_digest", "usage_metadata"]
 
@@ -28,8 +29,9 @@ def prompt_digest(events: Sequence[SessionEvent]) -> str:
     from hashlib import blake2b  # on first use: hashlib is not part of `import turnlog`
 
     digest = blake2b(digest_size=12)
-    for event in events:
-        digest.update(event.id.encode("utf-8", "surrogatepass"))
+    ids = events.ids if isinstance(events, LazyEvents) else [e.id for e in events]
+    for event_id in ids:  # of a `LazyEvents`, from its outline: nothing is decoded
+        digest.update(event_id.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return digest.hexdigest()
 
@@ -102,7 +104,10 @@ def latest_report(sent: Sequence[SessionEvent]) -> Reported | None:
     Args:
         sent: the events sent to the model (`sent_events(view)`), in order.
     """
+    roles = sent.roles if isinstance(sent, LazyEvents) else None  # no decoding to skip one
     for index in range(len(sent) - 1, -1, -1):
+        if roles is not None and roles[index] != "assistant":
+            continue
         event = sent[index]
         if event.role != "assistant":
             continue

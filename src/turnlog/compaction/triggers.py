@@ -8,6 +8,7 @@ from turnlog.compaction.base import CompactionRequest, CompactionTrigger
 from turnlog.compaction.reported import latest_report
 from turnlog.errors import InvalidInput
 from turnlog.events import SessionEvent
+from turnlog.lazy import LazyEvents
 from turnlog.tokens import TokenCounter, event_tokens
 
 __all__ = ["CompositeCompactionTrigger", "TokenCountTrigger", "TurnCountTrigger", "sent_events"]
@@ -30,6 +31,15 @@ def sent_events(view: Sequence[SessionEvent]) -> list[SessionEvent]:
             latest = event
     rest = [e for e in view if e.role != "system"]
     return rest if latest is None else [latest, *rest]
+
+
+def _sent_outlined(view: Sequence[SessionEvent]) -> Sequence[SessionEvent]:
+    """`sent_events`; of a `LazyEvents` view, picked by its outline and left lazy."""
+    if not isinstance(view, LazyEvents):
+        return sent_events(view)
+    roles = view.roles
+    systems = [i for i, role in enumerate(roles) if role == "system"]
+    return view.select(systems[-1:] + [i for i, role in enumerate(roles) if role != "system"])
 
 
 class TurnCountTrigger:
@@ -81,7 +91,7 @@ class TokenCountTrigger:
 
     def tokens(self, request: CompactionRequest) -> int:
         """The tokens of what `request`'s view sends: reported and estimated, or estimated."""
-        sent = sent_events(request.view)
+        sent = _sent_outlined(request.view)
         report = latest_report(sent) if self.reported else None
         if report is None:
             return self._tokens.total(sent)
