@@ -43,6 +43,7 @@ from turnlog.events import (
     ToolCall,
     ToolResult,
 )
+from turnlog.lazy import LazyEvents
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores import (
@@ -120,6 +121,7 @@ __all__ = [
     "FileOperations",
     "FilesTouched",
     "InvalidInput",
+    "LazyEvents",
     "MemoryStore",
     "Message",
     "ModelError",
