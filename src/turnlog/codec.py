@@ -338,7 +338,7 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     return out
 
 
-def lazy_events_from_rows(session_id: str, rows: list[Sequence[Any]]) -> LazyEvents:
+def lazy_events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> LazyEvents:
     """The events of one session's stored rows (as `events_from_rows` takes them), decoded
     on first access: what is read now is each row's outline (id, role, synthetic flag, stored
     count), by msgspec from each body, building no message (a body is not copied: one

@@ -52,7 +52,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 # Methods that never write: a lost connection during one of them cannot have changed anything.
 _READS: Final = frozenset(
-    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view"}
+    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view", "view_lazy"}
 )
 
 

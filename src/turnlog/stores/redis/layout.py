@@ -21,11 +21,13 @@ from turnlog.codec import (
     event_from_row,
     events_from_rows,
     gc_paused,
+    lazy_events_from_rows,
     to_micros,
 )
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
+from turnlog.lazy import LazyEvents
 from turnlog.stores.base import check_boundaries
 
 __all__ = [
@@ -301,13 +303,33 @@ def events_of(
     Raises:
         CorruptData: a record is missing or damaged.
     """
+    rows = _rows(session_id, first, records, names)
+    with gc_paused():
+        return events_from_rows(session_id, rows)
+
+
+def _rows(
+    session_id: str, first: int, records: Sequence[bytes | None], names: Collection[str] | None
+) -> list[tuple[Any, ...]]:
+    """The codec's rows of the records whose type is in `names` (all when None)."""
     rows = []
     for seq, record in enumerate(records, start=first):
         head, body = split_record(session_id, seq, record)
         if names is None or head[1] in names:
             rows.append((seq, head[0], head[1], head[2], head[3], body))
-    with gc_paused():
-        return events_from_rows(session_id, rows)
+    return rows
+
+
+def lazy_view_of(session_id: str, reply: Sequence[Any]) -> LazyEvents:
+    """`view_of`, lazily: a never-compacted view's events are decoded when first read (a
+    compacted one, short, is decoded now).
+
+    Raises:
+        CorruptData: a record is missing, or its outline is damaged.
+    """
+    if int(reply[1]) != 0:
+        return LazyEvents.of(view_of(session_id, reply))
+    return lazy_events_from_rows(session_id, _rows(session_id, 1, reply[3:], _MESSAGES))
 
 
 def view_of(session_id: str, reply: Sequence[Any]) -> list[SessionEvent]:

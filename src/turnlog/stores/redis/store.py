@@ -70,6 +70,7 @@ from turnlog.stores.redis.layout import (
     decode_record,
     events_of,
     index_member,
+    lazy_view_of,
     session_of,
     split_member,
     split_record,
@@ -640,5 +641,10 @@ class RedisStore(RedisCore):
             raise SessionNotFound(session_id)
         return view_of(session_id, reply)
 
+    @guarded
     def view_lazy(self, session_id: str) -> LazyEvents:
-        return LazyEvents.of(self.view(session_id))  # decoded in one batch with its read
+        check_id(session_id, "session id")
+        reply = self._run("view", self._keys.session(session_id)[:1], [])
+        if not reply:
+            raise SessionNotFound(session_id)
+        return lazy_view_of(session_id, reply)

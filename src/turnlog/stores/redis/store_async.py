@@ -68,6 +68,7 @@ from turnlog.stores.redis.layout import (
     decode_record,
     events_of,
     index_member,
+    lazy_view_of,
     session_of,
     split_member,
     split_record,
@@ -646,5 +647,10 @@ class AsyncRedisStore(AsyncRedisCore):
             raise SessionNotFound(session_id)
         return view_of(session_id, reply)
 
+    @guarded
     async def view_lazy(self, session_id: str) -> LazyEvents:
-        return LazyEvents.of(await self.view(session_id))  # decoded in one batch with its read
+        check_id(session_id, "session id")
+        reply = await self._run("view", self._keys.session(session_id)[:1], [])
+        if not reply:
+            raise SessionNotFound(session_id)
+        return lazy_view_of(session_id, reply)
