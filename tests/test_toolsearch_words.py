@@ -289,6 +289,29 @@ def test_a_batch_refuses_a_lone_surrogate_and_a_set_among_plain_tools():
             words.check_tools([ToolReference(t.name, t.description, t.parameters) for t in tools])
 
 
+def test_new_plain_tools_are_checked_in_one_conversion_odd_ones_one_by_one(monkeypatch):
+    calls = []
+    real = words._plain_json
+
+    def counted(parameters, data):
+        calls.append(parameters)
+        return real(parameters, data)
+
+    monkeypatch.setattr(words, "_plain_json", counted)
+    fresh = [
+        ToolReference(f"n{i}", "never seen 7f3a", {"type": "object", "i": i}) for i in range(50)
+    ]
+    words.check_tools(fresh)
+    assert len(calls) == 1 and len(calls[0]) == 50  # the batch, at once
+    calls.clear()
+    odd = ToolReference("odd", "never seen 7f3a", {"enum": {1: "a"}})  # the slow way accepts
+    words.check_tools(
+        [ToolReference(f"m{i}", "never seen 7f3a", {"i": i}) for i in range(9)] + [odd]
+    )
+    assert len(calls) == 1 + 10 + 1  # the batch fails, then each tool, then the odd one again
+    assert odd._digest is not None and all(c is not None for c in calls)
+
+
 def test_nan_and_integer_keys_pass_the_slow_way_and_sets_do_not():
     for parameters in ({"default": math.nan}, {"enum": {1: "a"}}, {"x": (1, 2)}):
         words.tool_digest(ToolReference("t", "x", parameters))
