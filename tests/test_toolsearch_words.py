@@ -310,6 +310,13 @@ def test_new_plain_tools_are_checked_in_one_conversion_odd_ones_one_by_one(monke
     )
     assert len(calls) == 1 + 10 + 1  # the batch fails, then each tool, then the odd one again
     assert odd._digest is not None and all(c is not None for c in calls)
+    calls.clear()
+    # marshal refuses a mapping that is not a dict: that tool goes alone, the others together.
+    proxy = ToolReference("proxy", "never seen 7f3a", {"x": types.MappingProxyType({"a": 1})})
+    words.check_tools(
+        [ToolReference(f"p{i}", "never seen 7f3b", {"i": i}) for i in range(9)] + [proxy]
+    )
+    assert [len(c) for c in calls] == [9] and proxy._digest is not None
 
 
 def test_nan_and_integer_keys_pass_the_slow_way_and_sets_do_not():

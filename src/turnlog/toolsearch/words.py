@@ -442,8 +442,16 @@ def _digest_plain(tools: list[ToolReference]) -> None:
             b"m" + _dumps((t.name, t.description, t.parameters), 2)  # type: ignore[arg-type]
             for t in plain
         ]
-    except ValueError:  # something marshal does not take: each tool the usual way
-        return
+    except ValueError:  # something marshal does not take: that tool goes the usual way
+        kept: list[ToolReference] = []
+        datas = []
+        for t in plain:
+            try:
+                datas.append(b"m" + _dumps((t.name, t.description, t.parameters), 2))  # type: ignore[arg-type]
+            except ValueError:
+                continue
+            kept.append(t)
+        plain = kept
     digests = [_sha256(data).digest() for data in datas]
     validated = _validated
     new = [i for i, digest in enumerate(digests) if digest not in validated]
