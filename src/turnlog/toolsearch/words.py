@@ -351,9 +351,9 @@ def tool_digest(tool: ToolReference) -> bytes:
     parameters must not be edited in place), so a tool prepared again costs an attribute read.
     The first time, the tool is serialized with `marshal` (in C, about 3 us for a BFCL tool)
     and hashed with SHA-256; content never seen before is also checked to be JSON (converted
-    by msgspec in C and compared, about 2 us; a tool equal to one checked earlier is not
-    checked again). Equal tools built the same way have the same digest; two tools with the
-    same digest are equal.
+    by msgspec in C and compared, about 3 us; a tool equal to one checked earlier is not
+    checked again; `check_tools` does this for a list's new tools at once). Equal tools built
+    the same way have the same digest; two tools with the same digest are equal.
 
     Returns:
         32 bytes.
