@@ -227,6 +227,98 @@ def test_a_new_tool_is_refused_exactly_when_json_cannot_carry_it(parameters):
             words.tool_digest(tool)
 
 
+def one_by_one(tools):
+    """What checking `tools` gave before the batch: each tool alone, in order, then its name's
+    uniqueness; the digests, or the InvalidInput raised."""
+    seen = set()
+    digests = []
+    try:
+        for tool in tools:
+            digests.append(words.tool_digest(tool))
+            if tool.name in seen:
+                raise InvalidInput(f"two tools are named {tool.name!r}: tool names must be unique")
+            seen.add(tool.name)
+    except InvalidInput as exc:
+        return str(exc)
+    return digests
+
+
+BATCH_TOOLS = st.lists(
+    st.builds(
+        ToolReference,
+        st.sampled_from(["a", "b", "c", "d", " ", "lone \ud800"]),
+        st.one_of(st.text(max_size=5), st.just("x \udfff"), st.integers(0, 1)),
+        st.one_of(
+            st.none(),
+            st.dictionaries(st.text(max_size=4), ODD_VALUES, max_size=3),
+            st.just(types.MappingProxyType({"type": "object"})),
+        ),
+    ),
+    min_size=2,
+    max_size=6,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(BATCH_TOOLS)
+def test_a_batch_of_new_tools_is_checked_as_each_tool_alone(tools):
+    # check_tools digests the plain new tools of a list together (a few C calls); the odd
+    # ones are left to the tool-by-tool path. Same digests, or the same first error.
+    def copy(t):
+        return ToolReference(t.name, t.description, t.parameters)
+
+    expected = one_by_one([copy(t) for t in tools])
+    try:
+        got = [t._digest for t in words.check_tools([copy(t) for t in tools])]
+    except InvalidInput as exc:
+        got = str(exc)
+    assert got == expected
+    if isinstance(got, list):
+        assert all(is_json([t.name, t.description, t.parameters]) for t in tools)
+
+
+def test_a_batch_refuses_a_lone_surrogate_and_a_set_among_plain_tools():
+    plain = [ToolReference(f"t{i}", "x", {"type": "object", "n": i}) for i in range(5)]
+    for odd, match in (
+        ({"description": "lone \ud800"}, "not valid Unicode"),
+        ({"enum": {1, 2}}, "not a JSON schema"),
+        ({"enum": {"a": 1, 2: "b"}}, "not a JSON schema"),  # keys json.dumps cannot sort
+    ):
+        tools = [*plain[:2], ToolReference("odd", "x", odd), *plain[2:]]
+        with pytest.raises(InvalidInput, match=match):
+            words.check_tools([ToolReference(t.name, t.description, t.parameters) for t in tools])
+
+
+def test_new_plain_tools_are_checked_in_one_conversion_odd_ones_one_by_one(monkeypatch):
+    calls = []
+    real = words._plain_json
+
+    def counted(parameters, data):
+        calls.append(parameters)
+        return real(parameters, data)
+
+    monkeypatch.setattr(words, "_plain_json", counted)
+    fresh = [
+        ToolReference(f"n{i}", "never seen 7f3a", {"type": "object", "i": i}) for i in range(50)
+    ]
+    words.check_tools(fresh)
+    assert len(calls) == 1 and len(calls[0]) == 50  # the batch, at once
+    calls.clear()
+    odd = ToolReference("odd", "never seen 7f3a", {"enum": {1: "a"}})  # the slow way accepts
+    words.check_tools(
+        [ToolReference(f"m{i}", "never seen 7f3a", {"i": i}) for i in range(9)] + [odd]
+    )
+    assert len(calls) == 1 + 10 + 1  # the batch fails, then each tool, then the odd one again
+    assert odd._digest is not None and all(c is not None for c in calls)
+    calls.clear()
+    # marshal refuses a mapping that is not a dict: that tool goes alone, the others together.
+    proxy = ToolReference("proxy", "never seen 7f3a", {"x": types.MappingProxyType({"a": 1})})
+    words.check_tools(
+        [ToolReference(f"p{i}", "never seen 7f3b", {"i": i}) for i in range(9)] + [proxy]
+    )
+    assert [len(c) for c in calls] == [9] and proxy._digest is not None
+
+
 def test_nan_and_integer_keys_pass_the_slow_way_and_sets_do_not():
     for parameters in ({"default": math.nan}, {"enum": {1: "a"}}, {"x": (1, 2)}):
         words.tool_digest(ToolReference("t", "x", parameters))
@@ -241,10 +333,10 @@ def test_checked_content_is_kept_by_digest_for_a_bounded_number_of_tools(monkeyp
     digests = [words.tool_digest(t) for t in tools]
     assert list(words._validated) == digests[2:]  # the oldest dropped first
 
-    def refuse(tool, triple):
+    def refuse(parameters, data):
         raise InvalidInput("checked again")
 
-    monkeypatch.setattr(words, "_check_json", refuse)
+    monkeypatch.setattr(words, "_plain_json", refuse)
     # New objects equal to the last three are not checked again; the first two are.
     for tool in tools[2:]:
         words.tool_digest(ToolReference(tool.name, tool.description, tool.parameters))

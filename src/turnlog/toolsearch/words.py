@@ -336,8 +336,12 @@ _VALIDATED_MAX: Final = 16_384
 # lock (one dictionary lookup), written under it.
 _validated: OrderedDict[bytes, None] = OrderedDict()
 _validated_lock: Final = threading.Lock()
-_encoder: Final = msgspec.json.Encoder()
-_decoder: Final = msgspec.json.Decoder()
+# A lone surrogate as `marshal` writes it (UTF-8, surrogatepass): ED A0..BF. The same bytes
+# may come from a length or a number too; then the slow check decides.
+_SURROGATE: Final = re.compile(rb"\xed[\xa0-\xbf]")
+_to_builtins: Final = msgspec.to_builtins
+_sha256: Final = hashlib.sha256
+_dumps: Final = marshal.dumps
 
 
 def tool_digest(tool: ToolReference) -> bytes:
@@ -346,10 +350,10 @@ def tool_digest(tool: ToolReference) -> bytes:
     Computed once per `ToolReference` and kept on the object (tools are frozen; their
     parameters must not be edited in place), so a tool prepared again costs an attribute read.
     The first time, the tool is serialized with `marshal` (in C, about 3 us for a BFCL tool)
-    and hashed with SHA-256; content never seen before is also checked to be JSON (encoded and
-    decoded back by msgspec, about 4 us; a tool equal to one checked earlier is not checked
-    again). Equal tools built the same way have the same digest; two tools with the same
-    digest are equal.
+    and hashed with SHA-256; content never seen before is also checked to be JSON (converted
+    by msgspec in C and compared, about 3 us; a tool equal to one checked earlier is not
+    checked again; `check_tools` does this for a list's new tools at once). Equal tools built
+    the same way have the same digest; two tools with the same digest are equal.
 
     Returns:
         32 bytes.
@@ -372,41 +376,102 @@ def _digest(tool: ToolReference) -> bytes:
         # Version 2: no back-references and no interning flags, so equal content built alike
         # gives the same bytes. marshal takes only the exact built-in types (no subclass, no
         # Mapping but dict), so that the digest tells a tuple from a list and a set from both.
-        data = b"m" + marshal.dumps(triple, 2)  # type: ignore[arg-type]
+        data = b"m" + _dumps(triple, 2)  # type: ignore[arg-type]
     except ValueError:  # a Mapping that is not a dict, an enum, something not JSON...
         data = b"j" + _json_bytes(tool)
-        digest = hashlib.sha256(data).digest()
+        digest = _sha256(data).digest()
     else:
-        digest = hashlib.sha256(data).digest()
+        digest = _sha256(data).digest()
         if digest not in _validated:
-            _check_json(tool, triple)
+            if not _plain_json(tool.parameters, data):
+                _json_bytes(tool)  # raises when the standard library cannot write it
             with _validated_lock:
-                _validated[digest] = None
-                if len(_validated) > _VALIDATED_MAX:
-                    _validated.popitem(last=False)
+                _remember((digest,))
     object.__setattr__(tool, "_digest", digest)
     return digest
 
 
-def _check_json(tool: ToolReference, triple: tuple[object, ...]) -> None:
-    """Check that content `marshal` took is JSON.
+def _remember(digests: Iterable[bytes]) -> None:
+    """Keep `digests` as checked, dropping the oldest beyond the bound (lock held)."""
+    for digest in digests:
+        _validated[digest] = None
+    while len(_validated) > _VALIDATED_MAX:
+        _validated.popitem(last=False)
 
-    The quick way, in C: msgspec encodes it and decodes it back, and the result equals the
-    original only when it is made of dicts with string keys, lists, strings, numbers (no NaN),
-    booleans and None (marshal let through no other mapping, no subclass; a set, bytes or a
-    tuple come back as something else). Anything else (a tuple, an integer key, NaN, a set,
-    bytes, a lone surrogate) goes the slow way, the JSON the standard library writes, which
-    decides.
 
-    Raises:
-        InvalidInput: see `_json_bytes`.
+def _plain_json(parameters: object, data: bytes) -> bool:
+    """Whether parameters `marshal` took (`data`, its bytes) are plain JSON, checked in C.
+
+    msgspec converts them to what it would write (`to_builtins`): the result equals the
+    original only when every mapping is a dict with string keys and every value a list, a
+    tuple, a string, a number, a boolean or None (marshal let through no other mapping and no
+    subclass; a set, bytes or an integer key come back as something else, a complex number
+    or Ellipsis raises). Lone surrogates, which msgspec passes, are looked for in `data`.
+    False means "not shown": the standard library's JSON then decides (`_json_bytes`).
     """
+    if _SURROGATE.search(data) is not None:
+        return False
     try:
-        if _decoder.decode(_encoder.encode(triple)) == list(triple):
-            return
+        return bool(_to_builtins(parameters, str_keys=True) == parameters)
     except Exception:  # whatever msgspec refuses, json.dumps decides
-        pass
-    _json_bytes(tool)
+        return False
+
+
+def _digest_plain(tools: list[ToolReference]) -> None:
+    """Digest, in a few C calls over the batch, the new tools that are plainly fine.
+
+    A tool is left undigested, for `check_tools`'s own loop (which raises its error in
+    order), unless it is a `ToolReference` with a non-blank string name, a string description
+    and parameters that are None or a dict, its text valid Unicode (no lone surrogate in the
+    bytes marshal wrote) and its content JSON. Never raises.
+    """
+    plain = [
+        t
+        for t in tools
+        if type(t) is ToolReference
+        and type(t.name) is str
+        and type(t.description) is str
+        and (t.parameters is None or type(t.parameters) is dict)
+        and t.name
+        and not t.name.isspace()
+    ]
+    if not plain:
+        return
+    try:
+        datas = [
+            b"m" + _dumps((t.name, t.description, t.parameters), 2)  # type: ignore[arg-type]
+            for t in plain
+        ]
+    except ValueError:  # something marshal does not take: that tool goes the usual way
+        kept: list[ToolReference] = []
+        datas = []
+        for t in plain:
+            try:
+                datas.append(b"m" + _dumps((t.name, t.description, t.parameters), 2))  # type: ignore[arg-type]
+            except ValueError:
+                continue
+            kept.append(t)
+        plain = kept
+    digests = [_sha256(data).digest() for data in datas]
+    validated = _validated
+    new = [i for i, digest in enumerate(digests) if digest not in validated]
+    if new:
+        parameters = [plain[i].parameters for i in new]
+        joined = b"".join([datas[i] for i in new])
+        if _SURROGATE.search(joined) is not None or not _plain_json(parameters, b""):
+            # Some tool needs the slow check: find which, one by one.
+            bad = {i for i in new if not _plain_json(plain[i].parameters, datas[i])}
+            new = [i for i in new if i not in bad]
+        else:
+            bad = set()
+        with _validated_lock:
+            _remember([digests[i] for i in new])
+    else:
+        bad = set()
+    setattr_ = object.__setattr__
+    for i, (tool, digest) in enumerate(zip(plain, digests, strict=True)):
+        if i not in bad:
+            setattr_(tool, "_digest", digest)
 
 
 def _json_bytes(tool: ToolReference) -> bytes:
@@ -472,6 +537,9 @@ def check_tools(tools: Iterable[ToolReference]) -> list[ToolReference]:
     if isinstance(tools, (str, bytes, Mapping)):
         raise InvalidInput(f"tools must be a sequence of ToolReference, got {type(tools).__name__}")
     checked = list(tools)
+    fresh = [t for t in checked if type(t) is not ToolReference or t._digest is None]
+    if len(fresh) > 1:
+        _digest_plain(fresh)
     seen: set[str] = set()
     for tool in checked:
         if type(tool) is not ToolReference or tool._digest is None:
@@ -495,8 +563,10 @@ def _check_tool(tool: object) -> None:
     if not isinstance(tool.description, str):
         raise InvalidInput(f"the description of tool {tool.name!r} must be a string")
     try:
-        tool.name.encode("utf-8")
-        tool.description.encode("utf-8")
+        if not tool.name.isascii():
+            tool.name.encode("utf-8")
+        if not tool.description.isascii():
+            tool.description.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidInput(
             f"tool {tool.name!r} has text that is not valid Unicode (a lone surrogate?)"
