@@ -88,7 +88,10 @@ class AsyncSessionService:
 
     def _message_tokens(self, message: Message) -> TokenCount | None:
         """The count an event holding `message` is appended with."""
-        return self._token_cache().of_message(message) if self._record_tokens else None
+        if not self._record_tokens:
+            return None
+        tokens = self._tokens  # made on first use, by `_token_cache`
+        return (tokens or self._token_cache()).of_message(message)
 
     def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
         """`events` with each message's token count, as they are appended."""
