@@ -19,6 +19,12 @@ ones plus random others, seed fixed), whole and "no shared word".
 Contenders: Bm25ToolIndex, EmbeddingToolIndex, HybridToolIndex (default: standardized-score
 fusion) and HybridToolIndex(fusion="rrf") (the earlier default). One embedder serves them all,
 with query vectors memoized so a question is embedded once (recall does not depend on it).
+The "oracle" column is no index: per question, the better of BM25's and the embedding's
+recall, what a fusion that always picked the right one of the two lists would reach.
+
+--ceiling adds, on each set's whole pool, the best recall of the standardized-score fusion
+over a grid of list depths and BM25 weights, chosen on that very set: an upper bound of what
+tuning this fusion's two constants could give, not a result.
 
 Targets (issue 12, item 4): the hybrid at least as good as the better of BM25 and embedding on
 every slice of both sets; hybrid recall@5 >= 0.95 on the whole live pool.
@@ -61,6 +67,9 @@ ASK = 25  # hits asked for, so 5 distinct functions remain after folding variant
 SMALL = 50
 POOL_TARGET = 0.95
 CONTENDERS = ("bm25", "embedding", "hybrid", "hybrid rrf")
+COLUMNS = (*CONTENDERS, "oracle")
+CEILING_DEPTHS = (10, 20, 50, 100)
+CEILING_WEIGHTS = (0.5, 0.7, 0.85, 1.0, 1.2, 1.5)
 
 
 @dataclass(frozen=True)
@@ -166,9 +175,8 @@ def found(index: ToolIndex, session: str, question: Question, function: dict[str
     return sum(name in top for name in question.expected) / len(question.expected)
 
 
-def run(dataset: DataSet, seed: int) -> dict[str, dict[str, list[float]]]:
+def run(dataset: DataSet, seed: int, memo: Memo) -> dict[str, dict[str, list[float]]]:
     """slice -> contender -> per-question recall@5."""
-    memo = Memo()
     indexes = contenders(memo)
     first: dict[str, ToolReference] = {}
     for tool in dataset.tools:
@@ -181,7 +189,7 @@ def run(dataset: DataSet, seed: int) -> dict[str, dict[str, list[float]]]:
     slices: dict[str, dict[str, list[float]]] = {}
 
     def add(slice_name: str, contender: str, value: float) -> None:
-        slices.setdefault(slice_name, {c: [] for c in CONTENDERS})[contender].append(value)
+        slices.setdefault(slice_name, {c: [] for c in COLUMNS})[contender].append(value)
 
     for n, question in enumerate(dataset.questions):
         lonely = shares_no_word(question, first)
@@ -192,9 +200,15 @@ def run(dataset: DataSet, seed: int) -> dict[str, dict[str, list[float]]]:
         session = f"q{n}"
         indexes["bm25"].index_tools(session, small)
         indexes["embedding"].index_tools(session, small)
+        wholes: dict[str, float] = {}
+        fifties: dict[str, float] = {}
         for contender, index in indexes.items():
-            whole = found(index, "pool", question, dataset.function)
-            fifty = found(index, session, question, dataset.function)
+            wholes[contender] = found(index, "pool", question, dataset.function)
+            fifties[contender] = found(index, session, question, dataset.function)
+        for results in (wholes, fifties):
+            results["oracle"] = max(results["bm25"], results["embedding"])
+        for contender in COLUMNS:
+            whole, fifty = wholes[contender], fifties[contender]
             add("whole pool", contender, whole)
             add(f"  {question.category}", contender, whole)
             add(f"{SMALL} tools", contender, fifty)
@@ -221,12 +235,32 @@ def report(dataset: DataSet, slices: dict[str, dict[str, list[float]]]) -> list[
             [
                 name,
                 f"{len(results['bm25']):,}",
-                *(f"{mean[c]:.3f}" for c in CONTENDERS),
+                *(f"{mean[c]:.3f}" for c in COLUMNS),
                 "yes" if ok else f"NO ({mean['hybrid'] - best_part:+.3f})",
             ]
         )
-    print(table(["slice", "questions", *CONTENDERS, "hybrid >= best part"], rows))
+    print(table(["slice", "questions", *COLUMNS, "hybrid >= best part"], rows))
     return verdicts
+
+
+def ceiling(dataset: DataSet, memo: Memo) -> None:
+    """The best whole-pool recall of the default fusion over its depth and BM25 weight,
+    chosen on this set (an upper bound of tuning, not a result)."""
+    bm25, embedding = Bm25ToolIndex(), EmbeddingToolIndex(memo)
+    bm25.index_tools("pool", dataset.tools)
+    embedding.index_tools("pool", dataset.tools)
+    rows = []
+    for depth in CEILING_DEPTHS:
+        for weight in CEILING_WEIGHTS:
+            hybrid = HybridToolIndex(bm25, embedding, weights=(weight, 1.0), depth=depth)
+            values = [found(hybrid, "pool", q, dataset.function) for q in dataset.questions]
+            rows.append((sum(values) / len(values), depth, weight))
+    rows.sort(reverse=True)
+    print(f"  fusion ceiling on {dataset.name}'s whole pool (depth x BM25 weight, tuned on it):")
+    for recall, depth, weight in rows[:3]:
+        print(f"    {recall:.3f}  depth {depth}, BM25 weight {weight}")
+    default = next(r for r, d, w in rows if d == 50 and w == 1.0)
+    print(f"    (the default, depth 50 and weight 1.0: {default:.3f})")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -234,6 +268,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="200 questions per set")
     parser.add_argument("--seed", type=int, default=12, help="seed of the 50-tool catalogues")
     parser.add_argument("--sets", default="repo,live", help="comma-separated: repo,live")
+    parser.add_argument(
+        "--ceiling", action="store_true", help="also the fusion's best depth and weight, per set"
+    )
     parser.add_argument(
         "--cache-dir", type=Path, default=HERE / ".cache", help="where the bfcl-eval wheel goes"
     )
@@ -256,8 +293,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"\n{name}: {len(dataset.questions):,} questions, {len(dataset.tools):,} tools "
             f"({len(set(dataset.function.values())):,} functions); recall@{TOP}"
         )
-        slices = run(dataset, args.seed)
+        memo = Memo()
+        slices = run(dataset, args.seed, memo)
         verdicts[name] = report(dataset, slices)
+        if args.ceiling:
+            ceiling(dataset, memo)
         if name == "live":
             hybrid = slices["whole pool"]["hybrid"]
             pool_recall = sum(hybrid) / len(hybrid)

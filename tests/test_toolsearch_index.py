@@ -171,6 +171,27 @@ def test_stop_words_alone_count_only_for_bm25():
     assert names(bm25.search("s", "the weather of the city"))[0] == "getWeatherForecast"
 
 
+def test_bm25_numbers_in_a_query_do_not_match_numbers_in_tools():
+    currency = ToolReference(
+        "currency_convert",
+        "Convert an amount between currencies (euros, dollars, yen).",
+        {"type": "object", "properties": {"amount": {"type": "number"}}},
+    )
+    status = ToolReference(
+        "http_status",
+        "Explain an HTTP status code such as 404 or 500.",
+        {"type": "object", "properties": {"code": {"type": "integer", "default": 2023}}},
+    )
+    bm25 = Bm25ToolIndex()
+    bm25.index_tools("s", [status, currency])
+    assert names(bm25.search("s", "how much are 500 euros in yen on 2023-10-01")) == [
+        "currency_convert"
+    ]
+    assert names(bm25.search("s", "500")) == ["http_status"]  # nothing else: numbers count
+    # The pieces of "sha256" are words too; its "256" is not.
+    assert match_expression("sha256 of the mp3 from 2023") == '"sha256" OR "sha" OR "mp3" OR "mp"'
+
+
 def test_an_over_long_regex_pattern_finds_nothing():
     idx = RegexToolIndex()
     idx.index_tools("s", TOOLS)

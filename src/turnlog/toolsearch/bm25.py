@@ -68,12 +68,17 @@ def match_expression(query: str) -> str:
 
     User text never reaches FTS5 as syntax: only letters and digits survive the split, and each
     word is a quoted string, so `NEAR(`, `AND`, `*`, `-`, `:` or a stray quote are plain words
-    or nothing. English stop words are dropped unless nothing else is left.
+    or nothing. Stop words are dropped unless nothing else is left, and so are words made only
+    of digits: the amounts, dates, times and ids of a request ("10 euros", "2023-10-01",
+    "4:30") are values for a tool's arguments, not what it does, and they matched the numbers
+    in other tools' examples and defaults. Words mixing letters and digits ("sha256", "mp3",
+    "3d") stay.
 
     Returns:
         The expression, or "" when the query has no usable word.
     """
     words = query_words(query) or query_words(query, keep_stop_words=True)
+    words = [word for word in words if not word.isdigit()] or words
     # Words hold only letters and digits; doubling quotes is what FTS5 asks for anyway.
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words[:MAX_QUERY_WORDS])
 
