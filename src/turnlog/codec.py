@@ -82,7 +82,7 @@ class _OutMessage(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
-class _Tokens(msgspec.Struct, array_like=True):
+class _Tokens(msgspec.Struct, array_like=True, gc=False):
     counter: Annotated[str, msgspec.Meta(min_length=1)]
     count: Annotated[int, msgspec.Meta(ge=0)]
 
@@ -116,7 +116,7 @@ class _IdsBody(msgspec.Struct):
     message: _IdsMessage | None = None
 
 
-class _RoleMessage(msgspec.Struct):
+class _RoleMessage(msgspec.Struct, gc=False):
     role: str
 
 
@@ -124,7 +124,7 @@ class _RoleBody(msgspec.Struct):
     message: _RoleMessage | None = None
 
 
-class _OutlineBody(msgspec.Struct):
+class _OutlineBody(msgspec.Struct, gc=False):
     """What a compaction plans from: the format version, the role and the stored count."""
 
     v: Literal[1]  # FORMAT_VERSION
@@ -354,7 +354,7 @@ def lazy_events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> Laz
     """
     outline = _outline_decoder.decode
     try:
-        outlines = [outline(r[5]) for r in rows]
+        outlines = [outline(r[5]) for r in rows]  # untracked by the collector (gc=False)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
         outlines = [_outline_of(session_id, row) for row in rows]  # names the damaged row
     roles: list[str | None] = [None if (m := o.message) is None else m.role for o in outlines]

@@ -795,10 +795,10 @@ class SqliteStore:
 
     def view_lazy(self, session_id: str) -> LazyEvents:
         check_id(session_id, "session id")
-        with self._read() as conn:
+        with gc_paused(), self._read() as conn:  # a long view makes many objects: see _events
             boundary_seq, rows = self._view_rows(conn, session_id)
-        if boundary_seq is None:
-            return lazy_events_from_rows(session_id, rows)
+            if boundary_seq is None:
+                return lazy_events_from_rows(session_id, rows)
         return LazyEvents.of(self.view(session_id))  # a compacted view: short, read whole
 
     def view(self, session_id: str) -> list[SessionEvent]:
