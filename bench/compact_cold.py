@@ -24,7 +24,11 @@ boundary with a version check. Every pass compacts a session of its own, so all 
 Rounds are interleaved (the order shuffled each round); the table gives medians and p90 in ms.
 Targets (issue 11, item 4): fresh process at most 50 ms on SQLite, and at most 1.5x warm.
 
-    python bench/compact_cold.py [--quick] [--stores sqlite,postgres,redis]
+With `--baseline SRC` (another checkout's `src/`, e.g. from `git worktree add`), a fresh pass of
+that code on the same kind of session runs in the same rounds: "fresh / baseline" is the change
+measured in one run, which stays meaningful when the machine's speed moves between runs.
+
+    python bench/compact_cold.py [--quick] [--stores sqlite,postgres,redis] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -107,8 +111,10 @@ def fill(url: str, sid: str, size: int, seed: int, *, counts: bool) -> None:
             version = svc.append_events(sid, events[start : start + 1_000], version)
 
 
-def child(url: str, sid: str, *, load: bool) -> dict[str, float]:
+def child(url: str, sid: str, *, load: bool, source: str | None = None) -> dict[str, float]:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if source is not None:  # another checkout's src/ (--baseline)
+        env["PYTHONPATH"] = source
     out = subprocess.run(
         [sys.executable, "-c", CHILD, url, sid, "load" if load else "counts"],
         capture_output=True,
@@ -161,8 +167,12 @@ def cleanup(name: str, url: str) -> None:
         client.close()
 
 
-def measure(name: str, url: str, size: int, rounds: int, seed: int) -> list[str]:
-    kinds = ("fresh", "warm", "fresh, no counts")
+def measure(
+    name: str, url: str, size: int, rounds: int, seed: int, baseline: str | None
+) -> list[str]:
+    kinds: tuple[str, ...] = ("fresh", "warm", "fresh, no counts")
+    if baseline is not None:
+        kinds += ("fresh, baseline",)
     sessions = {k: [f"{k[:5]}-{i}-{k.count(' ')}" for i in range(rounds + 1)] for k in kinds}
     for kind, group in sessions.items():
         for sid in group:
@@ -199,10 +209,16 @@ def measure(name: str, url: str, size: int, rounds: int, seed: int) -> list[str]
         saved.add(int(got["saved"]))
         return got["pass"]
 
+    def before() -> float:
+        got = child(url, next(queues["fresh, baseline"]), load=False, source=baseline)
+        saved.add(int(got["saved"]))
+        return got["pass"]
+
     run: dict[str, Callable[[], float]] = {
         "fresh": fresh,
         "warm": warm,
         "fresh, no counts": legacy,
+        "fresh, baseline": before,
     }
     order = list(kinds)
     rng = random.Random(seed)
@@ -232,6 +248,11 @@ def measure(name: str, url: str, size: int, rounds: int, seed: int) -> list[str]
         f"{ratio:.2f}x",
         f"{statistics.median(reads) * 1e3:.1f}",
         f"{med('fresh, no counts'):.1f}",
+        *(
+            [f"{med('fresh, baseline'):.1f}", f"{med('fresh') / med('fresh, baseline'):.2f}x"]
+            if baseline is not None
+            else []
+        ),
     ]
 
 
@@ -245,6 +266,7 @@ HEADERS = [
     "+ read covered",
     "fresh, no counts",
 ]
+BASELINE_HEADERS = ["fresh, baseline", "fresh / baseline"]
 
 
 def main() -> None:
@@ -252,6 +274,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stores", default="sqlite,postgres,redis")
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="another checkout's src/ folder: its fresh pass is timed in the same rounds",
+    )
     args = parser.parse_args()
     size, rounds = (1_000, 3) if args.quick else (10_000, 9)
     print(
@@ -259,16 +286,17 @@ def main() -> None:
     )
     print(machine())
     print(f"each pass: a session of {size:,} events, last_turns(10); {rounds} rounds, medians (ms)")
+    headers = HEADERS + (BASELINE_HEADERS if args.baseline else [])
     rows = []
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
         for name, url in urls(args.stores.split(","), Path(tmp)).items():
             try:
-                rows.append(measure(name, url, size, rounds, args.seed))
+                rows.append(measure(name, url, size, rounds, args.seed, args.baseline))
             finally:
                 cleanup(name, url)
-            print(table(HEADERS, rows[-1:]), flush=True)
+            print(table(headers, rows[-1:]), flush=True)
     print()
-    print(table(HEADERS, rows))
+    print(table(headers, rows))
     for row in rows:
         fresh, ratio = float(row[2]), float(row[5].rstrip("x"))
         if row[0] == "sqlite":
