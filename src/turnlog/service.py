@@ -25,7 +25,6 @@ from turnlog.events import (
     Message,
     Session,
     SessionEvent,
-    TokenCount,
     check_id,
     new_id,
 )
@@ -87,13 +86,6 @@ class SessionService:
         if self._tokens is None:
             self._tokens = event_tokens(self._counter)
         return self._tokens
-
-    def _message_tokens(self, message: Message) -> TokenCount | None:
-        """The count an event holding `message` is appended with."""
-        if not self._record_tokens:
-            return None
-        tokens = self._tokens  # made on first use, by `_token_cache`
-        return (tokens or self._token_cache()).of_message(message)
 
     def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
         """`events` with each message's token count, as they are appended."""
@@ -246,12 +238,15 @@ class SessionService:
         """
         if not isinstance(message, Message):
             raise InvalidInput(f"append_message takes a Message, got {type(message).__name__}")
+        tokens = None  # the count this event is appended with (kept inline: every append)
+        if self._record_tokens:
+            tokens = (self._tokens or self._token_cache()).of_message(message)
         event = SessionEvent.for_message(
             session_id,
             message,
             event_id=event_id,
             metadata=metadata,
-            tokens=self._message_tokens(message),
+            tokens=tokens,
         )
         with telemetry.span("turnlog.append", session_id) as span:
             stored = self.store.append_event(event, check_rules=check_rules)
