@@ -14,6 +14,7 @@ for a damaged row, when that row is first read).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, Protocol, overload
 
 from turnlog.events import SessionEvent, TokenCount, shared_token_count
@@ -37,7 +38,7 @@ class Counted(Protocol):
 class _Source:
     """The outline of every row read, the rows' decoder, and what was decoded so far."""
 
-    __slots__ = ("decode", "events", "ids", "roles", "synthetic", "tokens")
+    __slots__ = ("decode", "events", "ids", "roles", "starts", "synthetic", "tokens")
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class _Source:
         self.tokens = tokens
         self.decode = decode
         self.events = events
+        self.starts: tuple[int, ...] | None = None  # the turn starts, once asked for
 
     def load(self, positions: Iterable[int]) -> None:
         """Decode the rows at `positions` not decoded yet, in one batch."""
@@ -122,7 +124,23 @@ class LazyEvents(Sequence[SessionEvent]):
         positions = self._positions
         if isinstance(positions, range) and positions.step == 1:
             return tuple(values[positions.start : positions.stop])
-        return tuple([values[p] for p in positions])
+        if len(positions) < 2:
+            return tuple([values[p] for p in positions])
+        return itemgetter(*positions)(values)  # type: ignore[no-any-return]  # a tuple, in C
+
+    @property
+    def turn_starts(self) -> tuple[int, ...]:
+        """The indexes of the turns' first events (non-synthetic user messages), in order."""
+        source, positions = self._source, self._positions
+        whole = isinstance(positions, range) and positions == range(len(source.ids))
+        if whole and source.starts is not None:
+            return source.starts
+        roles, synthetic = self.roles, self.synthetic
+        flags = enumerate(zip(roles, synthetic, strict=True))
+        starts = tuple([i for i, (r, s) in flags if r == "user" and not s])
+        if whole:
+            source.starts = starts
+        return starts
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -172,6 +190,11 @@ class LazyEvents(Sequence[SessionEvent]):
             IndexError: an index out of range.
         """
         positions = self._positions
+        if isinstance(positions, range) and positions.start == 0 and positions.step == 1:
+            chosen = list(indexes)  # an index is its position
+            if chosen and not 0 <= min(chosen) <= max(chosen) < len(positions):
+                raise IndexError("LazyEvents index out of range")
+            return LazyEvents(self._source, chosen)
         return LazyEvents(self._source, [positions[i] for i in indexes])
 
     # -- the sequence -----------------------------------------------------------------------
@@ -248,7 +271,18 @@ def outline_of(
     )
 
 
-def pick(view: Sequence[SessionEvent], indexes: list[int]) -> Sequence[SessionEvent]:
+def turn_starts(
+    view: Sequence[SessionEvent], roles: Sequence[str | None], synthetic: Sequence[bool]
+) -> tuple[int, ...]:
+    """The positions in `view` of its turns' first events (non-synthetic user messages), from
+    `view`'s outline (`roles`, `synthetic`; a `LazyEvents` keeps them once found)."""
+    if isinstance(view, LazyEvents):
+        return view.turn_starts
+    flags = enumerate(zip(roles, synthetic, strict=True))
+    return tuple([i for i, (r, s) in flags if r == "user" and not s])
+
+
+def pick(view: Sequence[SessionEvent], indexes: Sequence[int]) -> Sequence[SessionEvent]:
     """The events of `view` at `indexes`: lazily when `view` is a `LazyEvents`, else a tuple."""
     if isinstance(view, LazyEvents):
         return view.select(indexes)

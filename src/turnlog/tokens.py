@@ -233,9 +233,9 @@ class EventTokens:
         identity = self.identity
         if isinstance(events, LazyEvents):  # the stored counts are known without decoding
             out: list[int | None] = events.stored_counts(identity)
-            unknown = [i for i, n in enumerate(out) if n is None]
-            if not unknown:
+            if None not in out:
                 return out  # type: ignore[return-value]  # every slot is filled
+            unknown = [i for i, n in enumerate(out) if n is None]
             for i, n in zip(unknown, self.counts(list(events.select(unknown))), strict=True):
                 out[i] = n  # decoded, then counted (or found in the cache) as any event
             return out  # type: ignore[return-value]

@@ -27,9 +27,7 @@ def count_turns(view: Sequence[SessionEvent]) -> int:
     """The turns of a view: its non-synthetic user messages (read from the outline of a
     `LazyEvents`, decoding nothing)."""
     if isinstance(view, LazyEvents):
-        return sum(
-            1 for r, s in zip(view.roles, view.synthetic, strict=True) if r == "user" and not s
-        )
+        return len(view.turn_starts)
     # `SessionEvent.starts_turn`, spelled out: a view of 10,000 events is walked in 1 ms
     return sum(
         1 for e in view if not e.synthetic and (m := e.message) is not None and m.role == "user"

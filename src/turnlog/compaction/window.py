@@ -17,7 +17,7 @@ from turnlog.compaction.base import (
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, new_id
-from turnlog.lazy import outline_of, pick
+from turnlog.lazy import outline_of, pick, turn_starts
 from turnlog.rules import check_summary
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 
@@ -166,35 +166,35 @@ class WindowCompactionStrategy:
         """
         view = request.view
         roles, synthetic = outline_of(view)
-        systems: list[int] = []
-        first_turn: int | None = None
-        for i, role in enumerate(roles):
-            if role == "system":
-                systems.append(i)
-            elif first_turn is None and role == "user" and not synthetic[i]:
-                first_turn = i
-        if first_turn is None:
+        starts = turn_starts(view, roles, synthetic)  # positions of the turns' first events
+        if not starts:
             return CompactionResult.nothing(view)
+        first_turn = starts[0]
+        systems = _positions(roles, "system")
         head = [i for i in range(first_turn) if roles[i] != "system"]
         preamble = [i for i in head if not synthetic[i]]
         prior_summary = [i for i in head if synthetic[i]]
-        if systems:
+        conversation: Sequence[int]
+        if systems and systems[-1] > first_turn:  # a system message among the turns
             conversation = [i for i in range(first_turn, len(roles)) if roles[i] != "system"]
+            index = {position: k for k, position in enumerate(conversation)}
+            turn_indexes = [index[s] for s in starts]  # every turn start is in the conversation
         else:
-            conversation = list(range(first_turn, len(roles)))
+            conversation = range(first_turn, len(roles))
+            turn_indexes = [s - first_turn for s in starts]
 
         pinned = systems[-1:] + preamble
         if self.summarizer is None:
             pinned += prior_summary
 
-        cut = self._cut(view, conversation, pinned, roles, synthetic)
+        cut = self._cut(view, conversation, turn_indexes, pinned)
         if cut == 0:
             return CompactionResult.nothing(view)
         preserved = conversation[cut:]
         summary_request = None
         if self.summarizer is not None:
             # the superseded system messages and the cut conversation, in view order
-            covered = sorted(systems[:-1] + conversation[:cut])
+            covered = sorted([*systems[:-1], *conversation[:cut]])
             summary_request = SummaryRequest(
                 session=request.session,
                 prior_summary=tuple(pick(view, prior_summary)),
@@ -218,8 +218,7 @@ class WindowCompactionStrategy:
         summary_events = tuple(
             SessionEvent.for_message(session_id, m, synthetic=True) for m in summary_messages
         )
-        kept = set(plan.pinned) | set(plan.preserved)
-        covered = pick(view, [i for i in range(len(view)) if i not in kept])
+        covered = pick(view, _others(len(view), [*plan.pinned, *plan.preserved]))
         pinned = tuple(pick(view, plan.pinned))
         preserved = tuple(pick(view, plan.preserved))
         saved = self._tokens.total(covered) - self._tokens.total(summary_events)
@@ -247,14 +246,12 @@ class WindowCompactionStrategy:
     def _cut(
         self,
         view: Sequence[SessionEvent],
-        conversation: list[int],
+        conversation: Sequence[int],
+        starts: list[int],
         pinned: list[int],
-        roles: Sequence[str | None],
-        synthetic: Sequence[bool],
     ) -> int:
         """The index in `conversation` (positions in `view`) of the first kept event; 0 keeps
-        everything."""
-        starts = [k for k, i in enumerate(conversation) if roles[i] == "user" and not synthetic[i]]
+        everything. `starts`: the indexes in `conversation` of the turns' first events."""
         size = self.window.size
         if self.window.kind == "last_turns":
             return starts[-size] if len(starts) > size else 0
@@ -279,5 +276,26 @@ class _Plan:
 
     view: Sequence[SessionEvent]
     pinned: list[int]
-    preserved: list[int]
+    preserved: Sequence[int]
     summary_request: SummaryRequest | None
+
+
+def _positions(roles: Sequence[str | None], role: str) -> list[int]:
+    """The positions of `role` in `roles`, found in C (few, in a long view)."""
+    found: list[int] = []
+    at = -1
+    for _ in range(roles.count(role)):
+        at = roles.index(role, at + 1)
+        found.append(at)
+    return found
+
+
+def _others(count: int, kept: list[int]) -> list[int]:
+    """The positions below `count` not in `kept`, in order: ranges between the kept ones."""
+    out: list[int] = []
+    start = 0
+    for position in sorted(set(kept)):
+        out.extend(range(start, position))
+        start = position + 1
+    out.extend(range(start, count))
+    return out
