@@ -253,3 +253,25 @@ def test_a_token_trigger_reads_the_outline(service):
     assert reported.tokens(CompactionRequest.of(session, lazy)) == expected
     assert 5_000 < expected < 5_000 + tokens
     assert lazy.decoded == 1
+
+
+def test_turn_starts_and_select_bounds():
+    events = [
+        SessionEvent.for_message("s", Message.system("sys")),
+        SessionEvent.for_message("s", Message.user("q1")),
+        SessionEvent.for_message("s", Message.assistant("a1")),
+        SessionEvent.for_message("s", Message.user("summary"), synthetic=True),
+        SessionEvent.for_message("s", Message.user("q2")),
+    ]
+    lazy = LazyEvents.of(events)
+    assert lazy.turn_starts == (1, 4) and lazy.turn_starts is lazy.turn_starts  # kept once found
+    assert lazy[1:].turn_starts == (0, 3) and lazy.select([4, 3, 1]).turn_starts == (0, 2)
+    with pytest.raises(IndexError):
+        lazy.select([0, 5])
+    with pytest.raises(IndexError):
+        lazy.select([-1])
+    with pytest.raises(IndexError):
+        lazy[1:].select([4])
+    assert lazy.select([]) == [] and lazy.select([2]) == [events[2]]
+    with pytest.raises(IndexError):
+        lazy[1:].select([-1])  # not from the end: positions are 0 to len - 1

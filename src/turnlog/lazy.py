@@ -184,18 +184,19 @@ class LazyEvents(Sequence[SessionEvent]):
         return sum(1 for p in self._positions if events[p] is not None)
 
     def select(self, indexes: Iterable[int]) -> LazyEvents:
-        """The events at `indexes` (positions in this sequence, in the order given), lazily.
+        """The events at `indexes` (positions in this sequence, 0 to len - 1, in the order
+        given), lazily.
 
         Raises:
-            IndexError: an index out of range.
+            IndexError: an index out of that range.
         """
         positions = self._positions
+        chosen = list(indexes)
+        if chosen and not 0 <= min(chosen) <= max(chosen) < len(positions):
+            raise IndexError("LazyEvents.select: an index out of range")
         if isinstance(positions, range) and positions.start == 0 and positions.step == 1:
-            chosen = list(indexes)  # an index is its position
-            if chosen and not 0 <= min(chosen) <= max(chosen) < len(positions):
-                raise IndexError("LazyEvents index out of range")
-            return LazyEvents(self._source, chosen)
-        return LazyEvents(self._source, [positions[i] for i in indexes])
+            return LazyEvents(self._source, chosen)  # an index is its position
+        return LazyEvents(self._source, [positions[i] for i in chosen])
 
     # -- the sequence -----------------------------------------------------------------------
 
