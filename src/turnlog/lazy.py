@@ -212,14 +212,7 @@ class LazyEvents(Sequence[SessionEvent]):
     def __getitem__(self, index: int | slice) -> SessionEvent | LazyEvents:
         if isinstance(index, slice):
             return LazyEvents(self._source, self._positions[index])
-        position = self._positions[index]
-        source = self._source
-        event = source.events[position]
-        if event is None:
-            source.load((position,))
-            event = source.events[position]
-            assert event is not None
-        return event
+        return self._event(self._positions[index])
 
     def __iter__(self) -> Iterator[SessionEvent]:
         source = self._source
@@ -237,10 +230,13 @@ class LazyEvents(Sequence[SessionEvent]):
         return any(ids[p] == value.id and self._event(p) == value for p in self._positions)
 
     def _event(self, position: int) -> SessionEvent:
-        source = self._source
-        source.load((position,))
-        event = source.events[position]
-        assert event is not None
+        """The event at `position` of the source, decoded if it was not yet."""
+        events = self._source.events
+        event = events[position]
+        if event is None:
+            self._source.load((position,))
+            event = events[position]
+            assert event is not None
         return event
 
     def __eq__(self, other: object) -> bool:

@@ -799,7 +799,8 @@ class SqliteStore:
             boundary_seq, rows = self._view_rows(conn, session_id)
             if boundary_seq is None:
                 return lazy_events_from_rows(session_id, rows)
-        return LazyEvents.of(self.view(session_id))  # a compacted view: short, read whole
+            # a compacted view is short: read whole, in the same read
+            return LazyEvents.of(self._bounded_view(conn, session_id, boundary_seq))
 
     def view(self, session_id: str) -> list[SessionEvent]:
         check_id(session_id, "session id")
@@ -807,24 +808,36 @@ class SqliteStore:
             boundary_seq, rows = self._view_rows(conn, session_id)
             if boundary_seq is None:
                 return _events(session_id, rows)
-            brow = conn.execute(
-                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
-                (session_id, boundary_seq),
-            ).fetchone()
-            if brow is None:
-                raise CorruptData(
-                    f"session {session_id!r} points at boundary seq {boundary_seq}, which is "
-                    "missing: the database is damaged"
-                )
-            boundary_event = _event(session_id, brow)
-            boundary = CompactionBoundary.from_event(boundary_event)
-            named = self._by_ids(conn, session_id, list(boundary.pinned_event_ids))
-            named += self._by_ids(conn, session_id, list(boundary.preserved_event_ids))
-            after = conn.execute(
-                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
-                "AND type = 'MESSAGE' ORDER BY seq",
-                (session_id, boundary_seq),
-            ).fetchall()
+            return self._bounded_view(conn, session_id, boundary_seq)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _bounded_view(
+        self, conn: sqlite3.Connection, session_id: str, boundary_seq: int
+    ) -> list[SessionEvent]:
+        """The view of a session whose newest boundary is at `boundary_seq`, read on `conn`.
+
+        Raises:
+            CorruptData: the boundary is missing or damaged.
+        """
+        brow = conn.execute(
+            f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq = ?",
+            (session_id, boundary_seq),
+        ).fetchone()
+        if brow is None:
+            raise CorruptData(
+                f"session {session_id!r} points at boundary seq {boundary_seq}, which is "
+                "missing: the database is damaged"
+            )
+        boundary_event = _event(session_id, brow)
+        boundary = CompactionBoundary.from_event(boundary_event)
+        named = self._by_ids(conn, session_id, list(boundary.pinned_event_ids))
+        named += self._by_ids(conn, session_id, list(boundary.preserved_event_ids))
+        after = conn.execute(
+            f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
+            "AND type = 'MESSAGE' ORDER BY seq",
+            (session_id, boundary_seq),
+        ).fetchall()
         before = sorted(
             {
                 e.id: e
@@ -834,8 +847,6 @@ class SqliteStore:
             key=lambda e: e.seq or 0,
         )
         return CompactionBoundary.project([*before, boundary_event, *_events(session_id, after)])
-
-    # -- helpers ----------------------------------------------------------------------------
 
     def _view_rows(self, conn: sqlite3.Connection, session_id: str) -> tuple[int | None, list[Any]]:
         """(the session's boundary seq, and the rows of its view when it has none: its
