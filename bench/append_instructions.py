@@ -4,14 +4,16 @@ bench/append_counts.py times the counting append against the plain one; on a sha
 its ratio moves by several percent from run to run. Instructions do not: callgrind counts the
 same total for the same program and inputs whatever else the machine does. This script runs
 `SessionService.append_message` on SQLite (synchronous=NORMAL, the file in /dev/shm when there
-is one, so no disk wait is hidden in either) three times in a child under callgrind, with
-PYTHONHASHSEED fixed: the setup alone, then the setup plus N appends counting (o200k), then the
-setup plus N appends without counting (`record_tokens=False`). An append's instructions are
-(run - setup) / N; the vocabulary is built in the setup of all three (so not counted).
+is one, so no disk wait is hidden in either) in a child under callgrind, with PYTHONHASHSEED
+fixed, twice per contender: its setup alone (the vocabulary built, the store opened, 50 appends
+done the contender's way), then the same setup plus N appends. An append's instructions are
+(run - setup) / N. Contenders: appends counting (o200k) and storing the count, the same appends
+without counting (`record_tokens=False`), and with `--baseline SRC` the plain append of another
+checkout's `src/` (issue 11 was filed at b093174: "stays within 10% of today" compares with that).
 
 What it cannot see: cache misses and waits. Read it beside bench/append_counts.py.
 
-    python bench/append_instructions.py [--appends N]     # about 2 minutes; needs valgrind
+    python bench/append_instructions.py [--appends N] [--baseline SRC]   # 2-4 minutes; valgrind
 """
 
 from __future__ import annotations
@@ -40,26 +42,31 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[4])
     from _harness import conversation
     from turnlog import O200kCounter, SessionService, SqliteStore
-    mode, n, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    kind, n, folder, made = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[5])
     talk = conversation(random.Random(1))
-    messages = [next(talk) for _ in range(SETUP + n)]
+    messages = [next(talk) for _ in range(SETUP + made)]  # the setup makes them all too
     counter = O200kCounter()
     counter.count("build the vocabulary in the setup")
-    store = SqliteStore(os.path.join(folder, mode + ".db"))
-    service = SessionService(store, record_tokens=mode == "counting", token_counter=counter)
+    store = SqliteStore(os.path.join(folder, f"{kind}-{n}.db"))
+    if kind == "baseline":  # another checkout: its SessionService may not take these options
+        service = SessionService(store)
+    else:
+        service = SessionService(store, record_tokens=kind == "counting", token_counter=counter)
     service.create("s")
-    for message in messages[:SETUP]:
+    for message in messages[: SETUP + n]:
         service.append_message("s", message)
-    if mode != "setup":
-        for message in messages[SETUP:]:
-            service.append_message("s", message)
     service.close()
     """
 ).replace("SETUP", str(SETUP))
 
 
-def instructions(mode: str, appends: int, folder: str) -> int:
-    out = Path(folder) / f"callgrind.{mode}"
+def instructions(kind: str, appends: int, made: int, folder: str, source: str | None = None) -> int:
+    """Callgrind's total for one child: `kind`'s setup (which makes `made` more messages too)
+    then `appends` more appends."""
+    out = Path(folder) / f"callgrind.{kind}.{appends}.{made}"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    if source is not None:
+        env["PYTHONPATH"] = source
     done = subprocess.run(
         [
             "valgrind",
@@ -68,25 +75,37 @@ def instructions(mode: str, appends: int, folder: str) -> int:
             sys.executable,
             "-c",
             CHILD,
-            mode,
+            kind,
             str(appends),
             folder,
             str(Path(__file__).parent),
+            str(made),
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"},
+        env=env,
         check=False,
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
-        raise SystemExit(f"the {mode} run failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"the {kind} run ({appends} appends) failed:\n{done.stderr[-2000:]}")
     return int(found.group(1))
+
+
+def per_append(kind: str, appends: int, folder: str, source: str | None = None) -> float:
+    """Instructions per append of `kind`, its own setup subtracted."""
+    setup = instructions(kind, 0, appends, folder, source)
+    return (instructions(kind, appends, appends, folder, source) - setup) / appends
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--appends", type=int, default=1_000)
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="another checkout's src/ folder: its plain append is counted too",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -94,15 +113,27 @@ def main() -> None:
     print(machine())
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-", dir=base) as folder:
-        setup = instructions("setup", args.appends, folder)
-        counting = (instructions("counting", args.appends, folder) - setup) / args.appends
-        plain = (instructions("plain", args.appends, folder) - setup) / args.appends
-    extra = counting / plain - 1
-    print(f"{args.appends:,} appends (after {SETUP} in the setup)")
+        counting = per_append("counting", args.appends, folder)
+        plain = per_append("plain", args.appends, folder)
+        before = (
+            None
+            if args.baseline is None
+            else per_append("baseline", args.appends, folder, args.baseline)
+        )
+    print(f"{args.appends:,} appends (after {SETUP} in each setup)")
     print(f"counting: {counting:,.0f} instructions per append")
     print(f"plain:    {plain:,.0f} instructions per append")
+    extra = counting / plain - 1
     verdict = "MET" if extra <= LIMIT else "MISSED"
-    print(f"counting at append costs {extra:+.1%} instructions (limit +{LIMIT:.0%}): {verdict}")
+    print(f"counting against plain: {extra:+.1%} (limit +{LIMIT:.0%}): {verdict}")
+    if before is not None:
+        print(f"baseline: {before:,.0f} instructions per append ({args.baseline})")
+        extra = counting / before - 1
+        verdict = "MET" if extra <= LIMIT else "MISSED"
+        print(
+            f"counting against the baseline's plain append: {extra:+.1%} (limit +{LIMIT:.0%}): "
+            f"{verdict}"
+        )
 
 
 if __name__ == "__main__":

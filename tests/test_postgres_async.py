@@ -197,6 +197,27 @@ def test_the_first_call_opens_the_store(postgres_dsn, pg_schema, admin):
     assert found == (SCHEMA_VERSION,)
 
 
+def test_a_store_connects_once_to_open(postgres_dsn, pg_schema, monkeypatch):
+    """The connection that checks the server is the pool's first (as the sync store)."""
+    connects = []
+    plain = psycopg.AsyncConnection.connect.__func__
+
+    async def counted(cls, *args, **kwargs):
+        connects.append(cls)
+        return await plain(cls, *args, **kwargs)
+
+    async def main():
+        async with AsyncPostgresStore(postgres_dsn, schema=pg_schema) as store:
+            await store.create_session(Session("s", T0))
+        monkeypatch.setattr(psycopg.AsyncConnection, "connect", classmethod(counted))
+        async with AsyncPostgresStore(postgres_dsn, schema=pg_schema, pool_min=1) as store:
+            assert len(connects) == 1
+            assert await store.version("s") == 0
+            assert len(connects) == 1
+
+    asyncio.run(main())
+
+
 def test_concurrent_first_calls_open_one_pool(postgres_dsn, pg_schema, admin, app, monkeypatch):
     made = []
 

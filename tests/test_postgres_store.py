@@ -201,6 +201,39 @@ def test_a_schema_of_something_else_is_refused(postgres_dsn, pg_schema, admin):
     assert tables == [("invoices",)]
 
 
+def test_a_schema_whose_version_rows_are_gone_is_corrupt_data(postgres_dsn, pg_schema, admin):
+    migrate(postgres_dsn, schema=pg_schema)
+    admin.execute(q("DELETE FROM {s}.schema_version", pg_schema))
+    for migrating in (False, True):
+        with pytest.raises(CorruptData, match="schema version is missing"):
+            PostgresStore(postgres_dsn, schema=pg_schema, migrate=migrating)
+
+
+def test_a_store_connects_once_to_open_and_finds_its_keys_again(
+    postgres_dsn, pg_schema, monkeypatch
+):
+    """The connection that checks the server is the pool's first: opening a store (pool_min 1)
+    connects once, not twice; reopened, it finds the schema, its partitions and its keys."""
+    connects = []
+    plain = psycopg.Connection.connect.__func__
+
+    def counted(cls, *args, **kwargs):
+        connects.append(cls)
+        return plain(cls, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "connect", classmethod(counted))
+    with PostgresStore(postgres_dsn, schema=pg_schema, indexed_keys=["user"]) as store:
+        store.create_session(Session("s", T0, metadata={"user": "ann"}))
+    connects.clear()
+    with PostgresStore(
+        postgres_dsn, schema=pg_schema, partitions=None, indexed_keys=["user"], pool_min=1
+    ) as store:
+        assert len(connects) == 1
+        assert store.indexed_keys == frozenset({"user"})
+        assert [s.id for s in store.find_by_metadata("user", "ann")] == ["s"]
+        assert len(connects) == 1  # the first operation used the same connection
+
+
 def test_partitioning_is_fixed_when_the_schema_is_made(postgres_dsn, pg_schema):
     migrate(postgres_dsn, schema=pg_schema, partitions=2)
     with pytest.raises(StoreError, match="2 partitions"):

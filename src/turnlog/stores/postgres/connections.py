@@ -11,6 +11,7 @@ the store made, never a pool of the user's.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -175,12 +176,19 @@ class Connections:
             self.ready = True
 
     def _open_pool(self, dsn: str) -> Pool:
-        _reach(dsn, self.timeout)
+        # The connection that checked the server becomes the pool's first (a fresh store
+        # connects once, not twice: 4-7 ms of a worker's first request).
+        handed = [_reach(dsn, self.timeout)]
         pool: Pool = ConnectionPool(
             dsn,
             min_size=self._min,
             max_size=self._max,
-            kwargs={"autocommit": True, "connect_timeout": max(2, round(self.timeout))},
+            connection_class=_HandedConnection,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(2, round(self.timeout)),
+                "handed": handed,
+            },
             open=False,
             timeout=self.timeout,
             name=f"turnlog-{self.schema}",
@@ -193,6 +201,9 @@ class Connections:
                 f"cannot connect to PostgreSQL within {self.timeout:g}s "
                 f"({where(dsn)}): is the server running, and the DSN right?"
             ) from exc
+        finally:
+            while handed:  # not taken (pool_min 0, or the open failed)
+                handed.pop().close()
         return pool
 
     def close(self) -> None:
@@ -266,15 +277,31 @@ def _check_dsn(dsn: str) -> None:
         raise InvalidInput(f"not a PostgreSQL connection string or URL: {first_line(exc)}") from exc
 
 
-def _reach(dsn: str, timeout: float) -> None:
+class _HandedConnection(psycopg.Connection[Any]):
+    """The connection class of a pool the store makes: the pool's first `connect` takes the
+    connection `_reach` opened, handed over in the pool's kwargs (`handed`, a list it is popped
+    from); every later one connects."""
+
+    @classmethod
+    def connect(  # type: ignore[override]
+        cls, conninfo: str = "", *, handed: list[_HandedConnection] | None = None, **kwargs: Any
+    ) -> _HandedConnection:
+        if handed:
+            with contextlib.suppress(IndexError):  # two workers, one connection
+                return handed.pop()
+        return super().connect(conninfo, **kwargs)
+
+
+def _reach(dsn: str, timeout: float) -> _HandedConnection:
     """Connect once, directly, before the pool opens: a wrong address, name or password fails
     at once with one line, instead of the pool retrying (and logging each try) until `timeout`.
+    The connection is the pool's first.
 
     Raises:
         StoreError: the server cannot be reached or refuses the connection.
     """
     try:
-        conn = psycopg.Connection.connect(
+        return _HandedConnection.connect(
             dsn, autocommit=True, connect_timeout=max(2, round(timeout))
         )
     except psycopg.OperationalError as exc:
@@ -282,4 +309,3 @@ def _reach(dsn: str, timeout: float) -> None:
             f"cannot connect to PostgreSQL ({where(dsn)}): {first_line(exc)}. Is the server "
             "running, and the address right?"
         ) from exc
-    conn.close()

@@ -7,9 +7,10 @@ number of processes may migrate at once: one does the work, the others wait and 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
+from psycopg import errors as pgerrors
 
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import CorruptData, StoreError
@@ -23,7 +24,15 @@ from turnlog.stores.postgres.ddl import (
     compose,
 )
 
-__all__ = ["ensure_schema", "migrate_async", "partition_count"]
+__all__ = ["SchemaState", "ensure_schema", "migrate_async", "partition_count"]
+
+
+class SchemaState(NamedTuple):
+    """What `ensure_schema` found (or made): every indexed key of the schema, and how many
+    partitions its events table has (None when it is one table)."""
+
+    keys: list[str]
+    partitions: int | None
 
 
 async def _schema_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int:
@@ -99,10 +108,11 @@ async def ensure_schema(
     partitions: int | None = None,
     migrate: bool = True,
     indexed_keys: Sequence[str] = (),
-) -> list[str]:
+) -> SchemaState:
     """Check the schema, migrate it when asked, and register `indexed_keys`.
 
-    `conn` must be in autocommit mode. Returns every indexed key of the schema.
+    `conn` must be in autocommit mode. A schema turnlog made, current and with the keys
+    registered already (a store opening as usual), costs one round trip.
 
     Raises:
         InvalidInput: a bad schema name or partition count.
@@ -112,9 +122,11 @@ async def ensure_schema(
     """
     schema = check_schema_name(schema)
     partitions = check_partitions(partitions)
-    found = await _installed_version(conn, schema)
+    current = await _current(conn, schema)
+    found = current[0] if current is not None else await _installed_version(conn, schema)
     check_version(found, schema, migrating=migrate)
     if found != SCHEMA_VERSION:
+        current = None
         async with conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('turnlog.migrate:' || %s, 0))",
@@ -138,16 +150,50 @@ async def ensure_schema(
                     compose("INSERT INTO {s}.schema_version (version) VALUES (%s)", schema),
                     (version,),
                 )
-    if partitions is not None:
-        actual = await partition_count(conn, schema)
-        if actual != partitions:
-            made = "without partitions" if actual is None else f"with {actual} partitions"
-            raise StoreError(
-                f"PostgreSQL schema {schema!r} was made {made}, not {partitions}: partitioning "
-                "is fixed when a schema is made; pass partitions=None to use it as it is, or "
-                "pick a new schema"
-            )
-    return await _register_keys(conn, schema, indexed_keys)
+    actual = current[2] if current is not None else await partition_count(conn, schema)
+    if partitions is not None and actual != partitions:
+        made = "without partitions" if actual is None else f"with {actual} partitions"
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} was made {made}, not {partitions}: partitioning "
+            "is fixed when a schema is made; pass partitions=None to use it as it is, or "
+            "pick a new schema"
+        )
+    if current is not None and set(indexed_keys) <= set(current[1]):
+        return SchemaState(sorted(current[1]), actual)
+    return SchemaState(await _register_keys(conn, schema, indexed_keys), actual)
+
+
+async def _current(
+    conn: psycopg.AsyncConnection[Any], schema: str
+) -> tuple[int, list[str], int | None] | None:
+    """The schema's version, indexed keys and partition count (as `partition_count`) in one
+    round trip: the usual case, a store opening on a schema turnlog made (every version has
+    both tables). None when the statement cannot run (no such schema or table):
+    `_installed_version` then finds out what is there.
+
+    Raises:
+        CorruptData: the version table holds no version.
+    """
+    try:
+        cursor = await conn.execute(
+            compose(
+                "SELECT (SELECT max(version) FROM {s}.schema_version), "
+                "ARRAY(SELECT name FROM {s}.indexed_keys), "
+                "(SELECT CASE WHEN p.partrelid IS NULL THEN NULL ELSE (SELECT count(*) "
+                "FROM pg_inherits i WHERE i.inhparent = c.oid) END FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid "
+                "WHERE n.nspname = %s AND c.relname = 'events')",
+                schema,
+            ),
+            (schema,),
+        )
+    except (pgerrors.UndefinedTable, pgerrors.InvalidSchemaName):
+        return None
+    row = await cursor.fetchone()
+    if row is None or not isinstance(row[0], int):
+        raise CorruptData(f"PostgreSQL schema {schema!r}: the turnlog schema version is missing")
+    return row[0], list(row[1]), None if row[2] is None else int(row[2])
 
 
 async def _indexed_keys(conn: psycopg.AsyncConnection[Any], schema: str) -> list[str]:

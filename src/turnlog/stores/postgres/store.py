@@ -66,7 +66,7 @@ from turnlog.stores.postgres.rows import (
     session_of,
     session_params,
 )
-from turnlog.stores.postgres.schema import ensure_schema, partition_count
+from turnlog.stores.postgres.schema import ensure_schema
 
 __all__ = ["DEFAULT_INDEXED_KEYS", "PostgresStore"]
 
@@ -173,16 +173,15 @@ class PostgresStore:
         return self
 
     def _prepare(self, conn: Conn) -> None:
-        keys = ensure_schema(
+        found = ensure_schema(
             conn,
             self.schema,
             partitions=self._partitions,
             migrate=self._migrate,
             indexed_keys=self._wanted_keys,
         )
-        partitioned = partition_count(conn, self.schema) is not None
-        self._q = Queries.render(self.schema, conn, partitioned=partitioned)
-        self.indexed_keys = frozenset(keys)
+        self._q = Queries.render(self.schema, conn, partitioned=found.partitions is not None)
+        self.indexed_keys = frozenset(found.keys)
 
     def close(self) -> None:
         """Close the pool, when the store made it. The store is unusable afterwards."""

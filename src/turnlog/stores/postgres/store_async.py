@@ -64,7 +64,7 @@ from turnlog.stores.postgres.rows import (
     session_of,
     session_params,
 )
-from turnlog.stores.postgres.schema_async import ensure_schema, partition_count
+from turnlog.stores.postgres.schema_async import ensure_schema
 
 __all__ = ["DEFAULT_INDEXED_KEYS", "AsyncPostgresStore"]
 
@@ -174,16 +174,15 @@ class AsyncPostgresStore:
         return self
 
     async def _prepare(self, conn: AsyncConn) -> None:
-        keys = await ensure_schema(
+        found = await ensure_schema(
             conn,
             self.schema,
             partitions=self._partitions,
             migrate=self._migrate,
             indexed_keys=self._wanted_keys,
         )
-        partitioned = await partition_count(conn, self.schema) is not None
-        self._q = Queries.render(self.schema, conn, partitioned=partitioned)
-        self.indexed_keys = frozenset(keys)
+        self._q = Queries.render(self.schema, conn, partitioned=found.partitions is not None)
+        self.indexed_keys = frozenset(found.keys)
 
     async def close(self) -> None:
         """Close the pool, when the store made it. The store is unusable afterwards."""
