@@ -167,6 +167,13 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
 
         return setup
 
+    def step(work: Callable[[list[ToolReference]], object]) -> Setup:
+        def setup() -> Callable[[], object]:
+            given = copies(tools, f" (s{next(counter)})")
+            return lambda: work(given)
+
+        return setup
+
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.execute("PRAGMA page_size = 1024")
 
@@ -206,6 +213,10 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
         "new set: never seen, names too": new_set(lambda n: copies(tools, f" (w{n})"), True),
         "plain FTS5 insert, contentless": plain(False),
         "plain FTS5 insert, with content": plain(True),
+        # Two steps of a never-seen set alone, for the floor (docs/benchmarks.md, 1d): what
+        # any prepare must add to the insert for content it has never seen.
+        "step alone: the rows' text, never seen": step(lambda given: [tool_row(t) for t in given]),
+        "step alone: check and digest, never seen": step(words.check_tools),
     }
     samples = interleave(contenders, rounds, seed)
     medians = {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
@@ -224,10 +235,7 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             ],
         )
     )
-    start = time.perf_counter()
-    made = [tool_row(t) for t in tools]
-    print(f"(the rows' text alone, made once: {(time.perf_counter() - start) * 1e3:.1f} ms)")
-    assert made == rows
+    assert [tool_row(t) for t in tools] == rows
     unchanged_ms = medians["unchanged: the same list"]
     print(
         f"target unchanged set <= {UNCHANGED_TARGET * 1e3} ms: "
@@ -244,6 +252,12 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             f"target new set ({case}) <= {NEW_SET_TARGET}x the plain insert: "
             f"{harness.verdict(ratio <= NEW_SET_TARGET)} ({ratio:.2f}x)"
         )
+    text = medians["step alone: the rows' text, never seen"] / base
+    check = medians["step alone: check and digest, never seen"] / base
+    print(
+        f"floor of a never-seen set: the insert + its rows' text ({text:.2f}x) + the check and "
+        f"digest ({check:.2f}x) = {1 + text + check:.2f}x the plain insert, before any other work"
+    )
 
 
 # --------------------------------------------------------------------------------------------
