@@ -64,7 +64,7 @@ def catalogue(tools: list[dict[str, object]], lang: str) -> list[ToolReference]:
     ]
 
 
-def factories() -> dict[str, Callable[[], ToolIndex]]:
+def factories(embedder: str = "minilm") -> dict[str, Callable[[], ToolIndex]]:
     made: dict[str, Callable[[], ToolIndex]] = {"regex": RegexToolIndex, "bm25": Bm25ToolIndex}
     try:
         from turnlog.toolsearch.embedding import (
@@ -73,6 +73,14 @@ def factories() -> dict[str, Callable[[], ToolIndex]]:
             default_embedder,
         )
 
+        if embedder == "e5":  # the multilingual extra's model, one for every index here
+            from turnlog.toolsearch.embedding import E5SmallEmbedder
+
+            e5 = E5SmallEmbedder()
+            e5.load()
+            made["embedding"] = lambda: EmbeddingToolIndex(e5)
+            made["hybrid"] = lambda: HybridToolIndex(Bm25ToolIndex(), EmbeddingToolIndex(e5))
+            return made
         default_embedder().embed(["load the model"])
     except ImportError as exc:
         print(f"(embedding and hybrid skipped: {exc})")
@@ -142,6 +150,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--cache-dir", type=Path, default=HERE / ".cache", help="where the bfcl-eval wheel goes"
     )
+    parser.add_argument(
+        "--embedder",
+        choices=["minilm", "e5"],
+        default="minilm",
+        help="minilm: the default model (embeddings extra); e5: E5SmallEmbedder (multilingual)",
+    )
     return parser.parse_args(argv)
 
 
@@ -152,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     langs = list(dict.fromkeys(q["lang"] for q in queries))
     print(f"data: {FIXTURE.name}, {len(tools)} tools, {len(queries)} queries in {', '.join(langs)}")
     start = time.perf_counter()
-    made = factories()
+    made = factories(args.embedder)
     print(f"indexes ready in {time.perf_counter() - start:.1f} s (model load included)")
 
     same = measure(made, queries, {lang: catalogue(tools, lang) for lang in langs})
