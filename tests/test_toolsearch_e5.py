@@ -11,6 +11,7 @@ import sysconfig
 import textwrap
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -42,7 +43,12 @@ class Asymmetric:
     """Tools embedded by their first word's axis; a query by `embed_queries` only: `embed` of a
     query would point at the wrong tool, so a search shows which of the two was used."""
 
-    AXES = {"get_weather": 0, "get_stock_price": 1, "send_email": 2, "book_flight": 3}
+    AXES: ClassVar[dict[str, int]] = {
+        "get_weather": 0,
+        "get_stock_price": 1,
+        "send_email": 2,
+        "book_flight": 3,
+    }
 
     def __init__(self) -> None:
         self.queries: list[str] = []
@@ -209,3 +215,15 @@ def test_the_model_is_in_site_packages_and_nothing_is_fetched():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_docs_example_runs():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "toolsearch.md").read_text()
+    section = doc[doc.index("### Queries in another language") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    namespace: dict[str, object] = {}
+    exec(block[: block.index("```")], namespace)
+    search = namespace["search"]
+    search.prepare("s", TOOLS)  # type: ignore[attr-defined]
+    found = search.run_search("s", "明天东京会下雨吗？")  # type: ignore[attr-defined]
+    assert found.names[0] == "get_weather"
