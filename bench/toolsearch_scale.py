@@ -213,12 +213,17 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
         "new set: never seen, names too": new_set(lambda n: copies(tools, f" (w{n})"), True),
         "plain FTS5 insert, contentless": plain(False),
         "plain FTS5 insert, with content": plain(True),
-        # Two steps of a never-seen set alone, for the floor (docs/benchmarks.md, 1d): what
-        # any prepare must add to the insert for content it has never seen.
+    }
+    # Two steps of a never-seen set alone, for its floor: what any prepare must add to the
+    # insert for content never seen. Rounds of their own (with the insert, for the ratio): the
+    # garbage they make would disturb the microsecond cases above.
+    steps: dict[str, Setup] = {
         "step alone: the rows' text, never seen": step(lambda given: [tool_row(t) for t in given]),
         "step alone: check and digest, never seen": step(words.check_tools),
+        "plain FTS5 insert, contentless": plain(False),
     }
     samples = interleave(contenders, rounds, seed)
+    apart = interleave(steps, rounds, seed)
     medians = {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
     base = medians["plain FTS5 insert, contentless"]
     print(
@@ -252,8 +257,15 @@ def prepare_part(tools: list[ToolReference], rounds: int, seed: int) -> None:
             f"target new set ({case}) <= {NEW_SET_TARGET}x the plain insert: "
             f"{harness.verdict(ratio <= NEW_SET_TARGET)} ({ratio:.2f}x)"
         )
-    text = medians["step alone: the rows' text, never seen"] / base
-    check = medians["step alone: check and digest, never seen"] / base
+    steps_median = {name: sorted(s)[len(s) // 2] for name, s in apart.items()}
+    insert = steps_median["plain FTS5 insert, contentless"]
+    text = steps_median["step alone: the rows' text, never seen"] / insert
+    check = steps_median["step alone: check and digest, never seen"] / insert
+    print(
+        "  (the steps, in rounds of their own: "
+        + ", ".join(f"{name} {harness.ms(v)} ms" for name, v in steps_median.items())
+        + ")"
+    )
     print(
         f"floor of a never-seen set: the insert + its rows' text ({text:.2f}x) + the check and "
         f"digest ({check:.2f}x) = {1 + text + check:.2f}x the plain insert, before any other work"
