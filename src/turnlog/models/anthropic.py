@@ -22,7 +22,7 @@ from turnlog.models.anthropic_format import (
     to_anthropic_cached,
     to_anthropic_messages,
 )
-from turnlog.models.base import ChatResponse, StreamEvent
+from turnlog.models.base import ChatResponse, StreamEvent, client_settings
 from turnlog.models.calls import call_model, stream_model
 from turnlog.toolsearch.base import ToolReference
 
@@ -85,14 +85,9 @@ class AnthropicChatModel:
             raise InvalidInput(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         if not isinstance(cache_prompt, bool):
             raise InvalidInput(f"cache_prompt must be True or False, got {cache_prompt!r}")
-        settings: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
-        settings["max_retries"] = max_retries
-        given = {k: v for k, v in settings.items() if v is not None}
-        if client is not None and given:
-            raise InvalidInput(
-                f"pass either client or {', '.join(given)}, not both: configure your own "
-                "client fully, or let turnlog build one"
-            )
+        given = client_settings(
+            client, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
         owned = client is None
         if client is None:
             try:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 from msgspec.structs import replace
 
+from turnlog.errors import InvalidInput
 from turnlog.events import Message
 from turnlog.toolsearch.base import ToolReference
 
@@ -41,6 +42,21 @@ prompt, the pinned events and the summary). The turn runner sets it on the copy 
 adapter that supports prompt caching marks a cache breakpoint there
 (`AnthropicChatModel(cache_prompt=True)`). Metadata is never sent, so the key itself never
 reaches the provider."""
+
+
+def client_settings(client: object, **settings: Any) -> dict[str, Any]:
+    """The provider-client settings an adapter was given (those not None), to build its client.
+
+    Raises:
+        InvalidInput: a client of the caller's came with settings too (they would be ignored).
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    if client is not None and given:
+        raise InvalidInput(
+            f"pass either client or {', '.join(given)}, not both: configure your own "
+            "client fully, or let turnlog build one"
+        )
+    return given
 
 
 def with_cache_breakpoint(message: Message) -> Message:

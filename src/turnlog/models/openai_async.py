@@ -15,7 +15,7 @@ import openai
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.models.base import ChatResponse, StreamEvent
+from turnlog.models.base import ChatResponse, StreamEvent, client_settings
 from turnlog.models.calls_async import call_model, stream_model
 from turnlog.models.openai_format import (
     OpenAIStream,
@@ -70,14 +70,9 @@ class AsyncOpenAIChatModel:
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput(f"model must be a model name, got {model!r}")
-        settings: dict[str, Any] = {"base_url": base_url, "api_key": api_key, "timeout": timeout}
-        settings["max_retries"] = max_retries
-        given = {k: v for k, v in settings.items() if v is not None}
-        if client is not None and given:
-            raise InvalidInput(
-                f"pass either client or {', '.join(given)}, not both: configure your own "
-                "client fully, or let turnlog build one"
-            )
+        given = client_settings(
+            client, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
         owned = client is None
         if client is None:
             try:
