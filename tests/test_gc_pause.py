@@ -8,7 +8,7 @@ import contextlib
 import gc
 import threading
 
-import turnlog.stores.sqlite as sqlite_module
+import turnlog.codec as codec_module
 from turnlog import Message, SessionEvent, SessionService, SqliteStore
 from turnlog.codec import gc_paused
 
@@ -85,7 +85,7 @@ def test_a_whole_log_read_runs_far_fewer_collections(tmp_path, monkeypatch):
     try:
         gc.collect()
         paused = collections_while(lambda: store.events("s"))
-        monkeypatch.setattr(sqlite_module, "gc_paused", contextlib.nullcontext)
+        monkeypatch.setattr(codec_module, "gc_paused", contextlib.nullcontext)
         gc.collect()
         unpaused = collections_while(lambda: store.events("s"))
     finally:

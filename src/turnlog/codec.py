@@ -47,6 +47,7 @@ from turnlog.lazy import LazyEvents
 __all__ = [
     "FORMAT_VERSION",
     "decode_event",
+    "decode_rows",
     "decode_session",
     "dump_json",
     "dump_jsonb",
@@ -365,11 +366,7 @@ def lazy_events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> Laz
     tokens = [o.tokens for o in outlines]
 
     def decode(positions: list[int]) -> list[SessionEvent]:
-        chosen = [rows[p] for p in positions]
-        if len(chosen) < 1_000:
-            return events_from_rows(session_id, chosen)
-        with gc_paused():
-            return events_from_rows(session_id, chosen)
+        return decode_rows(session_id, [rows[p] for p in positions])
 
     return LazyEvents.of_rows(
         [r[1] for r in rows], roles, [bool(r[4]) for r in rows], tokens, decode
@@ -417,6 +414,23 @@ def _stamps(rows: list[Sequence[Any]]) -> list[datetime] | list[None]:
         return _convert([r[3] / 1e6 for r in rows], _DATETIMES, strict=False)
     except (TypeError, OverflowError, msgspec.ValidationError):
         return [None] * len(rows)
+
+
+PAUSE_AT: Final = 1_000
+"""Rows from which `decode_rows` holds the collector off."""
+
+
+def decode_rows(session_id: str, rows: list[Sequence[Any]]) -> list[SessionEvent]:
+    """`events_from_rows`, with the garbage collector held off (`gc_paused`) for a read of at
+    least `PAUSE_AT` rows: what every store's whole-log and view reads use.
+
+    Raises:
+        CorruptData: as `events_from_rows`.
+    """
+    if len(rows) < PAUSE_AT:
+        return events_from_rows(session_id, rows)
+    with gc_paused():
+        return events_from_rows(session_id, rows)
 
 
 _pause_lock: Final = threading.Lock()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from turnlog.codec import (
+    decode_rows,
     decode_session,
     dump_json,
     encode_body,
@@ -101,7 +102,6 @@ CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
 # reads a None type as MESSAGE).
 _COLUMNS: Final = "seq, id, NULLIF(type, 'MESSAGE'), timestamp, synthetic, body"
 _CHUNK: Final = 500
-_PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 _MAX_BUSY: Final = 2_000_000  # seconds; SQLite keeps the busy timeout as int milliseconds
 _NEGLIGIBLE_WAIT: Final = 0.001  # seconds of waiting for the in-process lock left uncounted
 _VERSION: Final = (
@@ -989,10 +989,7 @@ def _event(session_id: str, row: Any) -> SessionEvent:
 
 def _events(session_id: str, rows: list[Any]) -> list[SessionEvent]:
     """The events of rows of `_COLUMNS` (whose order is `events_from_rows`'s)."""
-    if len(rows) < _PAUSE_AT:
-        return events_from_rows(session_id, rows)
-    with gc_paused():
-        return events_from_rows(session_id, rows)
+    return decode_rows(session_id, rows)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -6,16 +6,16 @@ Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any
 
 import psycopg
 
 from turnlog.codec import (
+    decode_rows,
     decode_session,
     dump_jsonb,
     encode_body,
     events_from_rows,
-    gc_paused,
     to_micros,
 )
 from turnlog.compaction.boundary import CompactionBoundary
@@ -34,8 +34,6 @@ __all__ = [
     "session_params",
     "where",
 ]
-
-_PAUSE_AT: Final = 1_000  # rows: a read this long decodes with the garbage collector held off
 
 
 class Batch:
@@ -161,11 +159,7 @@ def events_of(session_id: str, rows: Iterable[Any]) -> list[SessionEvent]:
     Raises:
         CorruptData: a row turnlog cannot read.
     """
-    rows = rows if isinstance(rows, list) else list(rows)
-    if len(rows) < _PAUSE_AT:
-        return events_from_rows(session_id, rows)
-    with gc_paused():
-        return events_from_rows(session_id, rows)
+    return decode_rows(session_id, rows if isinstance(rows, list) else list(rows))
 
 
 def first_line(exc: BaseException) -> str:
