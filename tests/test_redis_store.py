@@ -455,6 +455,34 @@ class TestRedisClients:
         finally:
             client.close()
 
+    def test_a_first_connection_names_the_library_without_reading_its_metadata(
+        self, redis_url, monkeypatch
+    ):
+        """redis-py looks its version up in the installed distributions (about 10 ms) unless
+        told it: the store tells it, and a server that keeps it still learns it."""
+        import importlib.metadata
+
+        looked_up = []
+        plain = importlib.metadata.version
+
+        def version(name):
+            looked_up.append(name)
+            return plain(name)
+
+        monkeypatch.setattr(importlib.metadata, "version", version)
+        prefix = f"tltest-{uuid.uuid4().hex[:12]}"
+        with RedisStore(redis_url, prefix=prefix) as store:
+            store.create_session(Session("a", now()))
+            info = store._client.client_info()
+        assert "redis" not in looked_up
+        if "lib-name" in info:  # Redis 7.2 and later keep what CLIENT SETINFO said
+            assert info["lib-name"] == "redis-py" and info["lib-ver"] == redis.__version__
+        client = redis.Redis.from_url(redis_url)
+        try:
+            purge(client, prefix)
+        finally:
+            client.close()
+
     def test_bad_arguments_are_refused(self, redis_url):
         client = redis.Redis.from_url(redis_url, decode_responses=True)
         try:
