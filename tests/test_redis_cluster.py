@@ -109,6 +109,23 @@ class TestClusterOnly(_OnCluster):
                 borrowed.create_session(Session("a", datetime.now(UTC)))
             assert owner.find_session("a") is not None  # the borrowed store left it open
 
+    def test_nodes_are_told_the_library_without_a_metadata_lookup(self, monkeypatch):
+        """As the standalone store: redis-py is given its version, not left to look it up."""
+        import importlib.metadata
+
+        looked_up = []
+        plain = importlib.metadata.version
+
+        def version(name):
+            looked_up.append(name)
+            return plain(name)
+
+        monkeypatch.setattr(importlib.metadata, "version", version)
+        with RedisClusterStore(self.url, prefix=self.prefix) as store:
+            store.create_session(Session("a", datetime.now(UTC)))
+            assert store.find_session("a") is not None
+        assert "redis" not in looked_up
+
     @pytest.mark.slow
     def test_connections_killed_mid_write_lose_and_double_nothing(self, store):
         """CLIENT KILL of every client on the session's node while a large batch is in flight.
