@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from redis_cluster import free_ports
-from test_redis_store import RedisChecks, purge, turn
+from test_redis_store import RedisChecks, purge, turn, version_lookups
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
 from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import StoreContract
@@ -111,16 +111,7 @@ class TestClusterOnly(_OnCluster):
 
     def test_nodes_are_told_the_library_without_a_metadata_lookup(self, monkeypatch):
         """As the standalone store: redis-py is given its version, not left to look it up."""
-        import importlib.metadata
-
-        looked_up = []
-        plain = importlib.metadata.version
-
-        def version(name):
-            looked_up.append(name)
-            return plain(name)
-
-        monkeypatch.setattr(importlib.metadata, "version", version)
+        looked_up = version_lookups(monkeypatch)
         with RedisClusterStore(self.url, prefix=self.prefix) as store:
             store.create_session(Session("a", datetime.now(UTC)))
             assert store.find_session("a") is not None

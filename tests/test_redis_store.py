@@ -63,6 +63,21 @@ def keys_of(client, prefix: str) -> list[str]:
     return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
 
 
+def version_lookups(monkeypatch) -> list[str]:
+    """The names `importlib.metadata.version` is asked for from now on (it still answers)."""
+    import importlib.metadata
+
+    asked: list[str] = []
+    plain = importlib.metadata.version
+
+    def version(name):
+        asked.append(name)
+        return plain(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    return asked
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -460,16 +475,7 @@ class TestRedisClients:
     ):
         """redis-py looks its version up in the installed distributions (about 10 ms) unless
         told it: the store tells it, and a server that keeps it still learns it."""
-        import importlib.metadata
-
-        looked_up = []
-        plain = importlib.metadata.version
-
-        def version(name):
-            looked_up.append(name)
-            return plain(name)
-
-        monkeypatch.setattr(importlib.metadata, "version", version)
+        looked_up = version_lookups(monkeypatch)
         prefix = f"tltest-{uuid.uuid4().hex[:12]}"
         with RedisStore(redis_url, prefix=prefix) as store:
             store.create_session(Session("a", now()))
