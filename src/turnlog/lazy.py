@@ -135,9 +135,7 @@ class LazyEvents(Sequence[SessionEvent]):
         whole = isinstance(positions, range) and positions == range(len(source.ids))
         if whole and source.starts is not None:
             return source.starts
-        roles, synthetic = self.roles, self.synthetic
-        flags = enumerate(zip(roles, synthetic, strict=True))
-        starts = tuple([i for i, (r, s) in flags if r == "user" and not s])
+        starts = _starts(self.roles, self.synthetic)
         if whole:
             source.starts = starts
         return starts
@@ -275,6 +273,10 @@ def turn_starts(
     `view`'s outline (`roles`, `synthetic`; a `LazyEvents` keeps them once found)."""
     if isinstance(view, LazyEvents):
         return view.turn_starts
+    return _starts(roles, synthetic)
+
+
+def _starts(roles: Sequence[str | None], synthetic: Sequence[bool]) -> tuple[int, ...]:
     flags = enumerate(zip(roles, synthetic, strict=True))
     return tuple([i for i, (r, s) in flags if r == "user" and not s])
 

@@ -755,7 +755,7 @@ class SqliteStore:
                     f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? ORDER BY seq",
                     (session_id,),
                 ).fetchall()
-        return apply_filter(_events(session_id, rows), flt)
+        return apply_filter(decode_rows(session_id, rows), flt)
 
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         check_id(session_id, "session id")
@@ -786,7 +786,7 @@ class SqliteStore:
                 "ORDER BY seq LIMIT ?",
                 (session_id, after, limit),
             ).fetchall()
-        return _events(session_id, rows)
+        return decode_rows(session_id, rows)
 
     def version(self, session_id: str) -> int:
         check_id(session_id, "session id")
@@ -807,7 +807,7 @@ class SqliteStore:
         with self._read() as conn:
             boundary_seq, rows = self._view_rows(conn, session_id)
             if boundary_seq is None:
-                return _events(session_id, rows)
+                return decode_rows(session_id, rows)
             return self._bounded_view(conn, session_id, boundary_seq)
 
     # -- helpers ----------------------------------------------------------------------------
@@ -846,7 +846,9 @@ class SqliteStore:
             }.values(),
             key=lambda e: e.seq or 0,
         )
-        return CompactionBoundary.project([*before, boundary_event, *_events(session_id, after)])
+        return CompactionBoundary.project(
+            [*before, boundary_event, *decode_rows(session_id, after)]
+        )
 
     def _view_rows(self, conn: sqlite3.Connection, session_id: str) -> tuple[int | None, list[Any]]:
         """(the session's boundary seq, and the rows of its view when it has none: its
@@ -985,11 +987,6 @@ def _session(row: Any) -> Session:
 
 def _event(session_id: str, row: Any) -> SessionEvent:
     return events_from_rows(session_id, (row,))[0]
-
-
-def _events(session_id: str, rows: list[Any]) -> list[SessionEvent]:
-    """The events of rows of `_COLUMNS` (whose order is `events_from_rows`'s)."""
-    return decode_rows(session_id, rows)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

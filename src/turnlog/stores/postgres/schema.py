@@ -120,9 +120,10 @@ def ensure_schema(
     partitions = check_partitions(partitions)
     current = _current(conn, schema)
     found = current[0] if current is not None else _installed_version(conn, schema)
+    state = None if current is None else current[1]
     check_version(found, schema, migrating=migrate)
     if found != SCHEMA_VERSION:
-        current = None
+        state = None
         with conn.transaction():
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('turnlog.migrate:' || %s, 0))",
@@ -146,7 +147,7 @@ def ensure_schema(
                     compose("INSERT INTO {s}.schema_version (version) VALUES (%s)", schema),
                     (version,),
                 )
-    actual = current[2] if current is not None else partition_count(conn, schema)
+    actual = state.partitions if state is not None else partition_count(conn, schema)
     if partitions is not None and actual != partitions:
         made = "without partitions" if actual is None else f"with {actual} partitions"
         raise StoreError(
@@ -154,16 +155,14 @@ def ensure_schema(
             "is fixed when a schema is made; pass partitions=None to use it as it is, or "
             "pick a new schema"
         )
-    if current is not None and set(indexed_keys) <= set(current[1]):
-        return SchemaState(sorted(current[1]), actual)
+    if state is not None and set(indexed_keys) <= set(state.keys):
+        return state
     return SchemaState(_register_keys(conn, schema, indexed_keys), actual)
 
 
-def _current(
-    conn: psycopg.Connection[Any], schema: str
-) -> tuple[int, list[str], int | None] | None:
-    """The schema's version, indexed keys and partition count (as `partition_count`) in one
-    round trip: the usual case, a store opening on a schema turnlog made (every version has
+def _current(conn: psycopg.Connection[Any], schema: str) -> tuple[int, SchemaState] | None:
+    """The schema's version, and its indexed keys and partition count (as `partition_count`),
+    in one round trip: the usual case, a store opening on a schema turnlog made (every version has
     both tables). None when the statement cannot run (no such schema or table):
     `_installed_version` then finds out what is there.
 
@@ -189,7 +188,7 @@ def _current(
     row = cursor.fetchone()
     if row is None or not isinstance(row[0], int):
         raise CorruptData(f"PostgreSQL schema {schema!r}: the turnlog schema version is missing")
-    return row[0], list(row[1]), None if row[2] is None else int(row[2])
+    return row[0], SchemaState(sorted(row[1]), None if row[2] is None else int(row[2]))
 
 
 def _indexed_keys(conn: psycopg.Connection[Any], schema: str) -> list[str]:

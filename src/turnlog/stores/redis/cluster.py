@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
-from turnlog.stores.redis.core import _DRIVER, ATTEMPTS
+from turnlog.stores.redis.core import ATTEMPTS, DRIVER
 from turnlog.stores.redis.layout import index_member
 from turnlog.stores.redis.store import RedisStore
 from turnlog.stores.url import refuse_own_parameters
@@ -90,7 +90,7 @@ class RedisClusterStore(RedisStore):
                 retry=Retry(NoBackoff(), retries),
                 socket_timeout=timeout,
                 socket_connect_timeout=connect_timeout,
-                **_DRIVER,
+                **DRIVER,
             )
         except (RedisError, RedisClusterException) as exc:
             raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from turnlog.errors import InvalidInput, SessionNotFound, StoreError
 from turnlog.events import SessionEvent
-from turnlog.stores.redis.core_async import _DRIVER, ATTEMPTS
+from turnlog.stores.redis.core_async import ATTEMPTS, DRIVER
 from turnlog.stores.redis.layout import index_member
 from turnlog.stores.redis.store_async import AsyncRedisStore
 from turnlog.stores.url import refuse_own_parameters
@@ -92,7 +92,7 @@ class AsyncRedisClusterStore(AsyncRedisStore):
                 retry=Retry(NoBackoff(), retries),
                 socket_timeout=timeout,
                 socket_connect_timeout=connect_timeout,
-                **_DRIVER,
+                **DRIVER,
             )
         except (RedisError, RedisClusterException) as exc:
             raise StoreError(f"cannot reach the Redis Cluster at {where}: {exc}") from exc

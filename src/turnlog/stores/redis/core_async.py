@@ -43,15 +43,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 # version up in the installed distributions on the first connection (importlib.metadata: about
 # 10 ms of a worker's first request). redis-py before 7 has no DriverInfo and reads its version
 # when it is imported.
-_DRIVER: dict[str, Any] = {}
+DRIVER: dict[str, Any] = {}
 try:
     from redis.driver_info import DriverInfo
 
-    _DRIVER["driver_info"] = DriverInfo(name="redis-py", lib_version=redis.__version__)
+    DRIVER["driver_info"] = DriverInfo(name="redis-py", lib_version=redis.__version__)
 except ImportError:  # pragma: no cover - depends on redis-py's version
     pass
 
-__all__ = ["ATTEMPTS", "RACES", "AsyncRedisCore", "guarded", "pause"]
+__all__ = ["ATTEMPTS", "DRIVER", "RACES", "AsyncRedisCore", "guarded", "pause"]
 
 ATTEMPTS: Final = 16
 RACES: Final = 100  # lost races of one `append_event` (each one means another writer got in)
@@ -191,7 +191,7 @@ class AsyncRedisCore:
                     retry=Retry(NoBackoff(), retries),
                     socket_timeout=timeout,
                     socket_connect_timeout=connect_timeout,
-                    **_DRIVER,
+                    **DRIVER,
                 )
             except ValueError as exc:
                 raise InvalidInput(f"not a Redis URL: {exc}") from exc
