@@ -336,3 +336,32 @@ def test_the_sessions_list_is_usable_with_100000_sessions() -> None:
             assert page["sessions"][0]["id"] == first, params
             assert len(page["sessions"]) == count, params
         assert 'id="next"' in c.get("/", params={"offset": 50}).text
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_numbers_past_64_bits_are_a_400_not_a_500(tmp_path: Path, store: str) -> None:
+    from turnlog import MemoryStore
+
+    svc = SessionService(MemoryStore() if store == "memory" else SqliteStore(tmp_path / "v.db"))
+    svc.create("s")
+    svc.append_message("s", Message.user("hi"))
+    with TestClient(create_app(svc), base_url=LOCAL, raise_server_exceptions=False) as c:
+        for url, name in (
+            ("/api/sessions?offset=9223372036854775807", "offset"),
+            ("/api/sessions?offset=9223372036854775806&limit=1", "offset"),
+            ("/api/sessions?offset=99999999999999999999999", "offset"),
+            ("/api/sessions?q=s&offset=9223372036854775808", "offset"),
+            ("/api/sessions?limit=9223372036854775808", "limit"),
+            ("/api/sessions/s/log?after=9223372036854775808", "after"),
+            ("/api/sessions/s/log?seq=9223372036854775808", "seq"),
+            ("/api/sessions/s/view?offset=9223372036854775808", "offset"),
+            ("/api/sessions/s/view?at=9223372036854775808", "at"),
+            ("/api/sessions/s/diff?a=0&b=9223372036854775808", "b"),
+        ):
+            got = c.get(url)
+            assert got.status_code == 400, (url, got.text)
+            assert got.json()["error"].startswith(name), (url, got.text)
+            assert c.get(url.replace("/api", "")).status_code == 400, url
+        for url in ("/api/sessions?offset=1000", "/api/sessions/s/log?after=9223372036854775807"):
+            assert c.get(url).status_code == 200, url
+    svc.close()

@@ -234,16 +234,19 @@ def check_version(expected_version: object) -> int:
 
 
 def check_limit(limit: object) -> int | None:
-    """Raise `InvalidInput` unless `limit` (of `list_sessions`) is None or an integer >= 0.
+    """Raise `InvalidInput` unless `limit` (of `list_sessions`) is None or an integer from 0
+    to 2**63 - 1 (the largest every store's database takes: SQLite and PostgreSQL hold 64-bit
+    integers, Redis ranges too).
 
     Returns:
         `limit`; None means no limit, 0 an empty list.
     """
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit < 2**63:
         raise InvalidInput(
-            f"limit must be an integer >= 0, or None for every session, got {limit!r}"
+            "limit must be an integer from 0 to 2**63 - 1, or None for every session, "
+            f"got {limit!r}"
         )
     return limit
 

@@ -79,6 +79,14 @@ class StoreContract(
         assert [s.id for s in store.list_sessions()] == ["s2", "s1", "s0"]
         assert [s.id for s in store.list_sessions(limit=1)] == ["s2"]
 
+    def test_list_sessions_limit_fits_in_64_bits(self, store: SessionStore) -> None:
+        store.create_session(session_at("s0"))
+        for limit in (2**62, 2**63 - 2, 2**63 - 1):
+            assert [s.id for s in store.list_sessions(limit=limit)] == ["s0"], limit
+        for limit in (2**63, 2**64, 10**30):
+            with pytest.raises(InvalidInput, match="2\\*\\*63"):
+                store.list_sessions(limit=limit)
+
     def test_delete_removes_session_and_log(self, store: SessionStore, sid: str) -> None:
         store.append_events(sid, turn(sid, 1), 0)
         assert store.delete_session(sid) is True

@@ -53,6 +53,9 @@ _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,512}")
 _LOOPBACK_HOST = re.compile(r"(127(\.\d{1,3}){3}|localhost|\[::1\])(:\d+)?", re.IGNORECASE)
 
 
+_MOST = 2**63 - 1  # the largest seq, offset or limit a store takes (64-bit integers)
+
+
 def _int(request: Request, name: str, default: int | None, *, low: int = 0) -> int | None:
     raw = request.query_params.get(name, "")
     if raw.strip() == "":
@@ -60,9 +63,11 @@ def _int(request: Request, name: str, default: int | None, *, low: int = 0) -> i
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidInput(f"{name} must be an integer, got {raw!r}") from None
+        raise InvalidInput(f"{name} must be an integer, got {raw[:40]!r}") from None
     if value < low:
         raise InvalidInput(f"{name} must be at least {low}, got {value}")
+    if value > _MOST:
+        raise InvalidInput(f"{name} must be at most 2**63 - 1, got {value}")
     return value
 
 
@@ -153,11 +158,13 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         return page("error.html", status, status=status, message=message)
 
     def sessions(request: Request) -> dict[str, Any]:
+        offset, limit = _int(request, "offset", 0) or 0, _limit(request, 50)
+        if offset + limit + 1 > _MOST:  # the page reads one session past its end
+            raise InvalidInput(
+                f"offset {offset} is past the end of any store: at most 2**63 - 2 - limit"
+            )
         return data.sessions_page(
-            svc,
-            query=request.query_params.get("q", ""),
-            offset=_int(request, "offset", 0) or 0,
-            limit=_limit(request, 50),
+            svc, query=request.query_params.get("q", ""), offset=offset, limit=limit
         )
 
     def log(request: Request) -> dict[str, Any]:

@@ -79,6 +79,7 @@ __all__ = ["AsyncRedisStore"]
 
 _TAIL_PAGE: Final = 8  # records of a log's end read at a time for the view rules
 _CHUNK: Final = 5_000  # records per read script call
+_MOST_PER_RANGE: Final = 10_000  # sessions per ZREVRANGE of list_sessions
 
 
 class AsyncRedisStore(AsyncRedisCore):
@@ -211,7 +212,8 @@ class AsyncRedisStore(AsyncRedisCore):
     async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
         if check_limit(limit) == 0:
             return []
-        page = 200 if limit is None else max(2 * limit, 20)
+        # Twice the limit (some members may be expired), and never past what a range takes.
+        page = 200 if limit is None else min(max(2 * limit, 20), _MOST_PER_RANGE)
         out: list[Session] = []
         seen: set[str] = set()
         start = 0
