@@ -427,7 +427,9 @@ def test_every_item_kind_round_trips_byte_for_byte(tmp_path):
     assert messages[4].text == "I cannot say."  # with computer_call_output, mcp_list_tools, ...
 
 
-def test_items_the_view_rules_refuse_are_kept_as_given(service):
+def test_items_the_view_rules_refuse_are_kept_but_an_orphan_output_is_not_handed_out(
+    service, caplog
+):
     session = TurnlogSession("odd", service)
     odd = [
         {"role": "user", "content": "hi"},
@@ -435,7 +437,13 @@ def test_items_the_view_rules_refuse_are_kept_as_given(service):
         {"type": "reasoning", "id": "rs_9", "summary": []},
     ]
     run(session.add_items(odd))
-    assert json.dumps(run(session.get_items())) == json.dumps(odd)
+    assert _log_items(service, "odd") == odd  # the log keeps what the SDK gave, as it gave it
+    with caplog.at_level("WARNING", "turnlog.integrations.openai_agents"):
+        assert json.dumps(run(session.get_items())) == json.dumps([odd[0], odd[2]])
+    assert "'nobody'" in caplog.text and "the log keeps them" in caplog.text
+    assert run(session.pop_item()) == odd[2]  # a pop takes the newest item get_items shows
+    assert run(session.pop_item()) == odd[0]
+    assert run(session.get_items()) == []
 
 
 def test_a_call_output_gets_its_tool_name_from_an_earlier_batch(service):
@@ -739,3 +747,188 @@ def test_a_call_without_a_call_id_is_kept_as_an_item_of_its_own_kind(service):
     run(session.add_items(items))
     assert run(session.get_items()) == items
     assert [m.role for m in run(service.view_messages("bad"))] == ["user", "assistant"]
+
+
+# -- pops and clears under concurrency, and the items handed to the SDK -----------------------
+
+
+def test_concurrent_pops_from_threads_over_one_sqlite_file_return_distinct_items(tmp_path):
+    import threading
+
+    path = tmp_path / "race.db"
+    items = [{"role": "user", "content": f"m{n}"} for n in range(24)]
+
+    async def fill():
+        async with AsyncSessionService(AsyncSqliteStore(path)) as service:
+            await TurnlogSession("race", service).add_items(items)
+
+    run(fill())
+    barrier = threading.Barrier(4)
+    popped = []
+
+    def popper():
+        async def pops():
+            async with AsyncSessionService(AsyncSqliteStore(path)) as service:
+                session = TurnlogSession("race", service)
+                barrier.wait()
+                return [await session.pop_item() for _ in range(4)]
+
+        popped.extend(run(pops()))
+
+    threads = [threading.Thread(target=popper) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    async def left():
+        async with AsyncSessionService(AsyncSqliteStore(path)) as service:
+            return await TurnlogSession("race", service).get_items()
+
+    assert sorted(p["content"] for p in popped) == sorted(i["content"] for i in items[8:])
+    assert run(left()) == items[:8]
+
+
+def test_concurrent_pops_as_tasks_on_one_service_return_distinct_items(service):
+    items = [{"role": "user", "content": f"m{n}"} for n in range(12)]
+
+    async def main():
+        sessions = [TurnlogSession("tasks", service) for _ in range(6)]
+        await sessions[0].add_items(items)
+        popped = await asyncio.gather(*(s.pop_item() for s in sessions))
+        return popped, await sessions[0].get_items()
+
+    popped, left = run(main())
+    assert sorted(p["content"] for p in popped) == sorted(i["content"] for i in items[6:])
+    assert left == items[:6]
+
+
+class WriterBetween(AsyncSessionService):
+    """A service on which another writer appends once, right before the next call of the
+    method `at` ("version" or "view"): a moment inside a pop."""
+
+    def __init__(self, store, other, at):
+        super().__init__(store)
+        self.other, self.at, self.armed = other, at, False
+
+    async def _maybe(self, name):
+        if self.armed and name == self.at:
+            self.armed = False
+            await self.other()
+
+    async def version(self, session_id):
+        await self._maybe("version")
+        return await super().version(session_id)
+
+    async def view(self, session_id):
+        await self._maybe("view")
+        return await super().view(session_id)
+
+
+GROUPED = [
+    {"role": "user", "content": "weather?"},
+    {"type": "function_call", "call_id": "a", "name": "w", "arguments": "{}"},
+    {"type": "function_call", "call_id": "b", "name": "w", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "a", "output": "sun"},
+    {"type": "function_call_output", "call_id": "b", "output": "rain"},
+]
+
+
+@pytest.mark.parametrize("at", ["version", "view"])
+def test_popping_a_grouped_event_while_another_writer_adds_keeps_the_order(tmp_path, at):
+    later = {"role": "user", "content": "later"}
+
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "o.db")) as other:
+            writer = TurnlogSession("order", other)
+            await writer.add_items(GROUPED)
+            service = WriterBetween(
+                AsyncSqliteStore(tmp_path / "o.db"), lambda: writer.add_items([later]), at
+            )
+            async with service:
+                session = TurnlogSession("order", service)
+                await session.get_items()
+                service.armed = True
+                popped = await session.pop_item()
+                return popped, await session.get_items()
+
+    popped, left = run(main())
+    # the pop comes after the other writer's add: it takes the newest item, "later"
+    assert (popped, left) == (later, GROUPED)
+
+
+def test_popping_one_item_of_a_group_keeps_the_rest_in_its_place(tmp_path):
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "g.db")) as service:
+            session = TurnlogSession("g", service)
+            await session.add_items(GROUPED)
+            popped = await session.pop_item()
+            await session.add_items([{"role": "assistant", "content": "Mixed."}])
+            return popped, await session.get_items(), await service.view_messages("g")
+
+    popped, left, messages = run(main())
+    assert popped == GROUPED[4]
+    assert left == [*GROUPED[:4], {"role": "assistant", "content": "Mixed."}]
+    assert [r.call_id for r in messages[2].tool_results] == ["a"]
+
+
+@pytest.mark.parametrize("between", ["clear", "pop"])
+def test_a_pop_or_clear_between_a_runs_input_and_output_never_hands_out_an_orphan_output(
+    tmp_path, between, caplog
+):
+    model = ScriptedModel(
+        [
+            [function_call("delete_file", {"path": "a.txt"}, call_id="c1")],
+            [assistant_message("Done.")],
+            [assistant_message("Hello again.")],
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[delete_file])
+
+    async def main():
+        async with AsyncSessionService(AsyncSqliteStore(tmp_path / "h.db")) as service:
+            session = TurnlogSession("h", service)
+            paused = await Runner.run(agent, "Delete a.txt.", session=session)
+            if between == "clear":
+                await session.clear_session()
+            else:
+                assert (await session.pop_item())["type"] == "function_call"
+            state = paused.to_state()
+            for item in paused.interruptions:
+                state.approve(item)
+            await Runner.run(agent, state, session=session)
+            with caplog.at_level("WARNING", "turnlog.integrations.openai_agents"):
+                items = await session.get_items()
+            await Runner.run(agent, "Hi.", session=session)
+            return items, await service.events("h")
+
+    items, log = run(main())
+    assert not any(i.get("type") == "function_call_output" for i in items)
+    assert "'c1'" in caplog.text
+    sent = model.last_call.input
+    calls = [i.get("call_id") for i in sent if i.get("type") == "function_call"]
+    outputs = [i.get("call_id") for i in sent if i.get("type") == "function_call_output"]
+    assert set(outputs) <= set(calls)  # what the Responses API would be sent is valid
+    logged = [json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])]
+    assert any(i.get("type") == "function_call_output" for i in logged)  # the log keeps it
+
+
+def test_compactions_keeps_every_pass_of_a_run(service):
+    session = TurnlogSession(
+        "passes",
+        service,
+        trigger=TurnCountTrigger(2),
+        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    )
+    turns = [
+        [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        for n in range(5)
+    ]
+    run(session.add_items(turns[0] + turns[1]))
+    assert session.compactions == []  # that pass changed nothing
+    run(session.add_items(turns[2][:1]))  # a run's input: compacts
+    run(session.add_items(turns[2][1:]))  # its output: nothing to do
+    run(session.add_items(turns[3]))
+    run(session.add_items(turns[4]))
+    assert session.last_compaction is not None
+    assert len(session.compactions) == 2 and not any(c.unchanged for c in session.compactions)

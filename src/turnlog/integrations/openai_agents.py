@@ -22,6 +22,7 @@ Needs the `openai-agents` extra: `pip install 'turnlog[openai-agents]'`.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -39,9 +40,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "pip install 'turnlog[openai-agents]'"
     ) from exc
 
-from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger
+from turnlog.compaction import (
+    CompactionBoundary,
+    CompactionResult,
+    CompactionStrategy,
+    CompactionTrigger,
+)
 from turnlog.errors import InvalidInput, VersionConflict
-from turnlog.events import Message, SessionEvent, ToolCall, ToolResult
+from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, new_id
 from turnlog.service_async import AsyncSessionService
 
 __all__ = ["ITEMS_KEY", "TurnlogSession"]
@@ -53,6 +59,7 @@ ITEMS_KEY: Final = "openai_agents.items"
 _CALLS: Final = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
 _ATTEMPTS: Final = 32
+_log: Final = logging.getLogger("turnlog.integrations.openai_agents")
 
 Item = Mapping[str, Any]
 
@@ -106,7 +113,13 @@ class TurnlogSession:
         )
         self.compaction_retries = compaction_retries
         self.last_compaction: CompactionResult | None = None
-        """The result of the compaction after the latest `add_items`, if one ran."""
+        """The result of the compaction pass after the latest `add_items`, if one ran. A run
+        calls `add_items` more than once (its input, then its output), so this is the last pass
+        of a run: see `compactions` for every pass that compacted."""
+        self.compactions: list[CompactionResult] = []
+        """Every pass of this object that compacted (wrote a boundary), oldest first; passes
+        that changed nothing are left out. Clear it when you have read it; the log keeps every
+        boundary whatever is done here."""
         self._created = False
 
     async def _ensure(self) -> None:
@@ -127,13 +140,17 @@ class TurnlogSession:
                 the prompt with compaction instead, which never does.
 
         Returns:
-            The items as stored, or as rendered for the summary a compaction wrote.
+            The items as stored, or as rendered for the summary a compaction wrote, without
+            the function call outputs that have no call before them in the view (a pop or a
+            clear between the SDK saving a run's input and its output leaves such an output;
+            the Responses API refuses it). Each one left out is logged as a WARNING on the
+            "turnlog.integrations.openai_agents" logger; the log keeps it.
         """
         await self._ensure()
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted is not None and wanted <= 0:
             return []
-        items = [i for e in await self.service.view(self.session_id) for i in _event_items(e)]
+        items = [item for _, _, item in _shown(await self.service.view(self.session_id))]
         if wanted is None:
             return cast(list[TResponseInputItem], items)
         return cast(list[TResponseInputItem], items[-wanted:])
@@ -163,25 +180,77 @@ class TurnlogSession:
             self.last_compaction = await self.service.compact(
                 self.session_id, self.trigger, self.strategy, retries=self.compaction_retries
             )
+            if not self.last_compaction.unchanged:
+                self.compactions.append(self.last_compaction)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Take the newest item out of the view and return it; None when the view is empty.
+        """Take the newest item of `get_items()` out of the view and return it; None when the
+        view is empty.
 
-        The item stays in the log: a boundary leaves its event out of the view (and, when the
-        event held several items, the others come back in a new event after it).
+        The item stays in the log: one version-checked append writes a boundary that leaves
+        its event out of the view and, when the event held several items, a stand-in event
+        holding the others in its place. When another writer appended meanwhile, the pop reads
+        the view again and retries, so concurrent pops return distinct items and never reorder
+        the history.
+
+        Raises:
+            VersionConflict: other writers kept appending through every retry; nothing was
+                written.
         """
         await self._ensure()
-        view = await self.service.view(self.session_id)
-        last = next((e for e in reversed(view) if e.message is not None), None)
-        if last is None:
-            return None
-        held = _event_items(last)
-        await self.service.hide(self.session_id, [last.id])
-        if len(held) > 1:
-            rest = await self._events_for([_dump(i) for i in held[:-1]], names_from=view)
+        for attempt in range(_ATTEMPTS):
             version = await self.service.version(self.session_id)
-            await self.service.append_events(self.session_id, rest, version, check_rules=False)
-        return cast(TResponseInputItem, held[-1])
+            view = await self.service.view(self.session_id)
+            shown = _shown(view, warn=False)
+            if not shown:
+                return None
+            at, index, item = shown[-1]
+            event = view[at]
+            raw = _event_raw(event)
+            events = self._boundary(view, event, [r for n, r in enumerate(raw) if n != index])
+            try:
+                await self.service.append_events(
+                    self.session_id, events, version, check_rules=False
+                )
+            except VersionConflict:
+                if attempt == _ATTEMPTS - 1:
+                    raise
+                continue
+            return cast(TResponseInputItem, item)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _boundary(
+        self, view: Sequence[SessionEvent], popped: SessionEvent, rest: Sequence[str]
+    ) -> list[SessionEvent]:
+        """The events that take `popped` out of `view`: a boundary, then the stand-in holding
+        the items `rest` of the popped event (none when it held one item)."""
+        stand_in: SessionEvent | None = None
+        if rest:
+            items = [json.loads(r) for r in rest]
+            names = {
+                c.id: c.name for e in view if e.message is not None for c in e.message.tool_calls
+            }
+            stand_in = SessionEvent.for_message(
+                self.session_id, _message(items, names), metadata={ITEMS_KEY: list(rest)}
+            )
+        ids: list[str] = []
+        for event in view:
+            if event.id != popped.id:
+                ids.append(event.id)
+            elif stand_in is not None:
+                ids.append(stand_in.id)
+        boundary = CompactionBoundary(
+            id=new_id(),
+            pinned_event_ids=(),
+            summary_event_ids=(),
+            preserved_event_ids=tuple(ids),
+            covered_event_count=1 if stand_in is None else 0,
+            tokens_estimated_saved=0,
+            strategy="pop",
+            replaced={} if stand_in is None else {stand_in.id: popped.id},
+        )
+        out = [boundary.to_event(self.session_id)]
+        return out if stand_in is None else [*out, stand_in]
 
     async def clear_session(self) -> None:
         """Empty the view; the log keeps every item (`AsyncSessionService.clear_view`)."""
@@ -343,6 +412,47 @@ def _event_items(event: SessionEvent) -> list[dict[str, Any]]:
         for c in m.tool_calls
     )
     return out
+
+
+def _event_raw(event: SessionEvent) -> list[str]:
+    """The JSON texts of the items of `event`: as stored, or of the items rendered for it."""
+    stored = event.metadata.get(ITEMS_KEY)
+    if isinstance(stored, list):
+        return [str(r) for r in stored]
+    return [json.dumps(i) for i in _event_items(event)]
+
+
+def _shown(
+    view: Sequence[SessionEvent], *, warn: bool = True
+) -> list[tuple[int, int, dict[str, Any]]]:
+    """The items `get_items` gives for `view`, each as (event index, item index, item).
+
+    The view rule for outputs applies to the items: a call output whose call is not before it
+    is left out (logged as a WARNING when `warn`), as `repair_messages` leaves an orphan tool
+    result out of what a model is sent. Calls without an output are kept: an interrupted run
+    (a tool waiting for approval) resumes with the output.
+    """
+    shown: list[tuple[int, int, dict[str, Any]]] = []
+    calls: set[str] = set()
+    orphans: list[str] = []
+    for at, event in enumerate(view):
+        for index, item in enumerate(_event_items(event)):
+            kind = _kind(item)
+            if kind == "call":
+                calls.add(str(item["call_id"]))
+            elif kind == "output" and str(item["call_id"]) not in calls:
+                orphans.append(str(item["call_id"]))
+                continue
+            shown.append((at, index, item))
+    if orphans and warn:
+        _log.warning(
+            "left %d function call output(s) out of the session's items (call ids %s): no call "
+            "comes before them in the view (a pop or a clear took it out), and the Responses "
+            "API refuses such an output; the log keeps them",
+            len(orphans),
+            ", ".join(repr(o) for o in orphans),
+        )
+    return shown
 
 
 if TYPE_CHECKING:  # mypy checks that TurnlogSession has the shape of the SDK's Session protocol
