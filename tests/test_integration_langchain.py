@@ -40,6 +40,7 @@ from langgraph.types import Command
 from msgspec.structs import replace
 from pydantic import Field
 
+from model_servers import ScriptedServer, openai_completion
 from turnlog import (
     CompactionWindow,
     EventType,
@@ -684,19 +685,78 @@ def doc_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
 
 
+def doc_block(text: str) -> str:
+    [found] = [b for b in doc_blocks() if text in b]
+    return found
+
+
+OLLAMA = "http://localhost:11434/v1"
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
 def test_the_agent_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     replies = weather_script()[:4]
     model = ScriptedChat(replies=replies)
-    exec(compile(doc_blocks()[0], str(DOC), "exec"), {"__name__": "__main__", "model": model})
+    code = doc_block("create_agent(model")
+    exec(compile(code, str(DOC), "exec"), {"__name__": "__main__", "model": model})
     assert texts(model.prompts[2])[:4] == [*texts(model.prompts[1]), "ai:It is sunny in Oslo."]
     with SessionService(SqliteStore(tmp_path / "agent.db")) as service:
         assert len(logged_messages(service, "user-42")) == 8
 
 
+def test_the_openai_model_example_builds_with_the_extra_alone(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    namespace: dict[str, Any] = {}
+    exec(compile(doc_block('init_chat_model("openai:gpt-5")'), str(DOC), "exec"), namespace)
+    assert type(namespace["model"]).__name__ == "ChatOpenAI"  # langchain-openai is installed
+
+
+def test_the_agent_example_runs_on_a_local_openai_compatible_server(server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    local = doc_block(OLLAMA).replace(OLLAMA, server.url + "/v1")
+    assert server.url in local
+    server.reply_json(openai_completion(None, [("call_1", "get_weather", '{"city": "Oslo"}')]))
+    server.reply_json(openai_completion("It is sunny in Oslo."))
+    server.reply_json(openai_completion("Sunny in Lima too."))
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(local, str(DOC), "exec"), namespace)
+    exec(compile(doc_block("create_agent(model"), str(DOC), "exec"), namespace)
+    assert [r.path for r in server.requests] == ["/v1/chat/completions"] * 3
+    sent = server.requests[2].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]
+    assert sent[-1]["content"] == "And in Lima?"
+    namespace["service"].close()
+
+
+def test_the_summary_example_summarizes_with_the_model_it_names(server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    namespace: dict[str, Any] = {}
+    exec(compile(doc_block("ChatModelSummarizer(LangChainChatModel("), str(DOC), "exec"), namespace)
+    server.reply_json(openai_completion("Ann asked about the weather."))
+    with SessionService(MemoryStore()) as service:
+        history = TurnlogChatMessageHistory(
+            "s", service, trigger=TurnCountTrigger(9), strategy=namespace["strategy"]
+        )
+        for n in range(10):
+            history.add_messages([HumanMessage(f"question {n}"), AIMessage(f"reply {n}")])
+        assert history.messages[1].content == "Ann asked about the weather."
+    assert server.requests[0].body["model"] == "gpt-5-mini"
+
+
 def test_the_history_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    exec(compile(doc_blocks()[1], str(DOC), "exec"), {"__name__": "__main__"})
+    exec(
+        compile(doc_block("TurnlogChatMessageHistory("), str(DOC), "exec"), {"__name__": "__main__"}
+    )
     assert "Hello Ann!" in capsys.readouterr().out
     with SessionService(SqliteStore(tmp_path / "chat.db")) as service:
         assert len(logged_messages(service, "user-42")) == 2
