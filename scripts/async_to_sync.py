@@ -5,11 +5,16 @@ edited by hand. The transform works on the concrete syntax tree (libcst), so com
 survive:
 
 - `async def`, `async with`, `async for` lose `async`; `await x` becomes `x`.
-- Names lose their async marker: `AsyncFoo` -> `Foo`, `foo_async` -> `foo`, and a few fixed pairs
-  (`__aenter__` -> `__enter__`, `aclose` -> `close`, `redis.asyncio` -> `redis`, ...). The same
-  renames apply inside strings and comments, so docstrings read right in both twins.
+- Names are renamed through one explicit map, `RENAMES` (`AsyncSessionService` ->
+  `SessionService`, `service_async` -> `service`, `__aenter__` -> `__enter__`, ...), plus the dotted
+  module paths of `MODULES` (`redis.asyncio` -> `redis`). A name that looks async (`AsyncFoo`,
+  `foo_async`) and is not in the map stops the script: add it, so no name is renamed by guess.
+- The same map applies inside strings and comments, so docstrings read right in both twins, and
+  the article before a renamed name follows it ("an AsyncSessionService" -> "a SessionService").
 - A block written `if True:  # ASYNC` keeps its body in the async source and its `else:` body in
-  the sync twin, for the few lines that differ in more than names.
+  the sync twin, for the few lines that differ in more than names. The `else:` body is copied
+  as written, never renamed: it is sync code already, so a message there may name an async class
+  (e.g. "an asyncio model goes with AsyncSessionChat").
 
 The output is then passed through `ruff check --fix` (import and `__all__` order, unused
 imports) and `ruff format`.
@@ -54,7 +59,9 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/chat_async.py", "src/turnlog/chat.py"),
 )
 
-FIXED = {
+# Every name the async sources use that the sync twins spell differently, in code, strings and
+# comments alike. Third-party names are here too (psycopg's, redis-py's, the SDKs').
+RENAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "__aiter__": "__iter__",
@@ -62,6 +69,46 @@ FIXED = {
     "aclose": "close",
     "StopAsyncIteration": "StopIteration",
     "asynccontextmanager": "contextmanager",
+    "AsyncAnthropic": "Anthropic",
+    "AsyncAnthropicChatModel": "AnthropicChatModel",
+    "AsyncChatModelAdapter": "ChatModelAdapter",
+    "AsyncConn": "Conn",
+    "AsyncConnection": "Connection",
+    "AsyncConnectionPool": "ConnectionPool",
+    "AsyncConnections": "Connections",
+    "AsyncIterator": "Iterator",
+    "AsyncMemoryStore": "MemoryStore",
+    "AsyncOpenAI": "OpenAI",
+    "AsyncOpenAIChatModel": "OpenAIChatModel",
+    "AsyncPool": "Pool",
+    "AsyncPostgresStore": "PostgresStore",
+    "AsyncRedisClusterStore": "RedisClusterStore",
+    "AsyncRedisCore": "RedisCore",
+    "AsyncRedisStore": "RedisStore",
+    "AsyncSessionChat": "SessionChat",
+    "AsyncSessionService": "SessionService",
+    "AsyncSessionStore": "SessionStore",
+    "AsyncSqliteStore": "SqliteStore",
+    "AsyncStoreContract": "StoreContract",
+    "AsyncToolSearch": "ToolSearch",
+    "calls_async": "calls",
+    "chat_async": "chat",
+    "cluster_async": "cluster",
+    "connections_async": "connections",
+    "core_async": "core",
+    "fires_async": "fires",
+    "memory_async": "memory",
+    "migrate_async": "migrate",
+    "open_store_async": "open_store",
+    "opening_async": "opening",
+    "protocol_async": "protocol",
+    "run_pass_async": "run_pass",
+    "run_tool_async": "run_tool",
+    "schema_async": "schema",
+    "search_async": "search",
+    "service_async": "service",
+    "sqlite_async": "sqlite",
+    "store_async": "store",
 }
 # dotted module paths, longest first
 MODULES = (
@@ -70,27 +117,58 @@ MODULES = (
     ("redis.asyncio", "redis"),
 )
 
-_ASYNC_CLASS = re.compile(r"\bAsync([A-Z]\w*)")
-_ASYNC_SUFFIX = re.compile(r"\b(\w+?)_async\b")
-_WORDS = re.compile(r"\b(" + "|".join(map(re.escape, FIXED)) + r")\b")
+# What looks like an async name; each must be in RENAMES.
+_LOOKS_ASYNC = re.compile(r"\b(?:Async[A-Z]\w*|\w+_async|__a(?:enter|exit|iter|next)__)\b")
+_NAMES = "|".join(map(re.escape, sorted(RENAMES, key=len, reverse=True)))
+# a renamed name in text, with the article before it (a word, or a word and a backtick)
+_IN_TEXT = re.compile(r"(?:\b(a|an|A|An)( `?))?\b(" + _NAMES + r")\b")
 _KEYWORDS = re.compile(r"\b(?:await|async) (?=with\b|for\b|def\b|\w)")
 
 
+def _unknown(name: str) -> SystemExit:
+    return SystemExit(
+        f"{name!r} looks like an async name but scripts/async_to_sync.py has no sync name for "
+        "it: add it to RENAMES (or rename it so it does not end in _async / start with Async)"
+    )
+
+
 def rename(name: str) -> str:
-    """The sync name for an identifier of the async source."""
-    if name in FIXED:
-        return FIXED[name]
-    name = _ASYNC_CLASS.sub(r"\1", name)
-    return _ASYNC_SUFFIX.sub(r"\1", name)
+    """The sync name for an identifier of the async source.
+
+    Raises:
+        SystemExit: a name that looks async and is not in `RENAMES`.
+    """
+    if name in RENAMES:
+        return RENAMES[name]
+    if _LOOKS_ASYNC.fullmatch(name):
+        raise _unknown(name)
+    return name
+
+
+def _article(article: str, name: str) -> str:
+    wanted = "an" if name[:1].lower() in "aeiou" else "a"
+    return wanted.capitalize() if article[0].isupper() else wanted
+
+
+def _rename_in_text(match: re.Match[str]) -> str:
+    article, gap, name = match.groups()
+    new = RENAMES[name]
+    return new if article is None else _article(article, new) + gap + new
 
 
 def rename_text(text: str) -> str:
-    """Strings and comments: renamed names, and `await`/`async` dropped from code examples."""
+    """Strings and comments: renamed names (and their articles), `await`/`async` dropped from
+    code examples.
+
+    Raises:
+        SystemExit: a name that looks async and is not in `RENAMES`.
+    """
     for old, new in MODULES:
         text = text.replace(old, new)
-    text = _WORDS.sub(lambda m: FIXED[m.group(1)], text)
-    text = _ASYNC_CLASS.sub(r"\1", text)
-    text = _ASYNC_SUFFIX.sub(r"\1", text)
+    text = _IN_TEXT.sub(_rename_in_text, text)
+    left = _LOOKS_ASYNC.search(text)
+    if left is not None:
+        raise _unknown(left.group())
     text = _KEYWORDS.sub("", text)
     return text.replace("async/await", "blocking")
 
@@ -125,6 +203,18 @@ _ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 class AsyncToSync(cst.CSTTransformer):
     """The transform itself; see the module docstring."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._written: set[int] = set()  # the `else:` blocks of `if True:  # ASYNC`
+
+    def visit_If(self, node: cst.If) -> bool:
+        if _is_async_block(node) and node.orelse is not None:
+            self._written.add(id(node.orelse))
+        return True
+
+    def visit_Else(self, node: cst.Else) -> bool:
+        return id(node) not in self._written  # hand-written sync code: not visited, not renamed
+
     def leave_Await(self, original: cst.Await, updated: cst.Await) -> cst.BaseExpression:
         inner = updated.expression
         if updated.lpar and isinstance(inner, _ATOMIC):
@@ -155,7 +245,10 @@ class AsyncToSync(cst.CSTTransformer):
             return cst.RemoveFromParent()
         if not isinstance(orelse, cst.Else) or not isinstance(orelse.body, cst.IndentedBlock):
             raise SystemExit("an `if True:  # ASYNC` block may only have a plain `else:` block")
-        body = list(orelse.body.body)
+        # the original `else:` body: hand-written sync code, copied as written (not renamed)
+        written = original.orelse
+        assert isinstance(written, cst.Else) and isinstance(written.body, cst.IndentedBlock)
+        body = list(written.body.body)
         if body:
             body[0] = body[0].with_changes(leading_lines=updated.leading_lines)
         return cst.FlattenSentinel(body)

@@ -398,8 +398,26 @@ def test_a_model_of_the_other_kind_is_refused(harness):
     from turnlog.testing.fakes import AsyncScriptedChatModel, ScriptedChatModel
 
     other = AsyncScriptedChatModel if harness.kind == "sync" else ScriptedChatModel
-    with pytest.raises(InvalidInput, match="goes with"):
+    runner = "AsyncSessionChat" if harness.kind == "sync" else "SessionChat"
+    with pytest.raises(InvalidInput, match=f"model goes with {runner}$"):
         harness.make(other(["x"]))
+
+
+def test_a_service_or_tool_search_of_the_other_kind_is_refused_by_its_name(harness):
+    from turnlog.chat import SessionChat
+    from turnlog.chat_async import AsyncSessionChat
+
+    model = harness.model(["x"])
+    if harness.kind == "sync":
+        with pytest.raises(InvalidInput, match="service must be a SessionService, got"):
+            SessionChat(harness.service.store, model)
+        with pytest.raises(InvalidInput, match="tool_search must be a ToolSearch, got"):
+            SessionChat(harness.service, model, tool_search=object())
+    else:
+        with pytest.raises(InvalidInput, match="service must be an AsyncSessionService, got"):
+            AsyncSessionChat(harness.service, model)
+        with pytest.raises(InvalidInput, match="tool_search must be an AsyncToolSearch, got"):
+            AsyncSessionChat(harness.async_service, model, tool_search=object())
 
 
 def test_blank_text_and_bad_ids_are_refused_before_anything_is_written(harness):

@@ -64,8 +64,9 @@ class SessionChat:
             the Anthropic adapter honours it when built with `cache_prompt=True`).
 
     Raises:
-        InvalidInput: an argument of the wrong kind (a blocking service or model goes with
-            `SessionChat`), `trigger` without `strategy` or the reverse, two tools of one name.
+        InvalidInput: an argument of the wrong kind (a service, model or tool search of the
+            other flavour: the blocking and the asyncio runner each take their own), `trigger`
+            without `strategy` or the reverse, two tools of one name.
     """
 
     def __init__(
@@ -84,19 +85,19 @@ class SessionChat:
         cache_breakpoint: bool = True,
     ) -> None:
         if not isinstance(service, SessionService):
-            raise InvalidInput(f"service must be an SessionService, got {type(service).__name__}")
+            raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
         respond = getattr(model, "respond", None)
         if not callable(respond) or inspect.iscoroutinefunction(respond):
             raise InvalidInput(
                 "model must be a blocking chat model (OpenAIChatModel, "
                 f"AnthropicChatModel, ...), got {type(model).__name__}; an asyncio model "
-                "goes with SessionChat"
+                "goes with AsyncSessionChat"
             )
         if system is not None and (not isinstance(system, str) or not system.strip()):
             raise InvalidInput(f"system must be a non-blank string or None, got {system!r}")
         if tool_search is not None and not isinstance(tool_search, ToolSearch):
             raise InvalidInput(
-                f"tool_search must be an ToolSearch, got {type(tool_search).__name__}"
+                f"tool_search must be a ToolSearch, got {type(tool_search).__name__}"
             )
         if (trigger is None) != (strategy is None):
             raise InvalidInput(

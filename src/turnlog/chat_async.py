@@ -65,8 +65,9 @@ class AsyncSessionChat:
             the Anthropic adapter honours it when built with `cache_prompt=True`).
 
     Raises:
-        InvalidInput: an argument of the wrong kind (a blocking service or model goes with
-            `SessionChat`), `trigger` without `strategy` or the reverse, two tools of one name.
+        InvalidInput: an argument of the wrong kind (a service, model or tool search of the
+            other flavour: the blocking and the asyncio runner each take their own), `trigger`
+            without `strategy` or the reverse, two tools of one name.
     """
 
     def __init__(
