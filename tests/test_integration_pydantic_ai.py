@@ -421,3 +421,124 @@ def test_a_request_with_nothing_to_read_is_logged_but_not_sent() -> None:
         (kept,) = [e for e in service.events("s") if e.type == EventType.of("PYDANTIC_AI.MESSAGE")]
         assert ModelMessagesTypeAdapter.validate_python([kept.payload["message"]]) == [interrupted]
         assert as_json(load_history(service, "s")) == as_json(messages[:2])
+
+
+# -- docs/integrations/pydantic-ai.md: its examples run, against a real local server -----------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "pydantic-ai.md"
+OLLAMA = "http://localhost:11434/v1"
+
+
+def doc_block(text):
+    import re
+    import textwrap
+
+    found = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    [block] = [textwrap.dedent(b) for b in found if text in b]
+    return block
+
+
+def run_doc(code, namespace):
+    """A docs example as the docs say to run it: `await` at the top level allowed."""
+    import ast
+
+    compiled = compile(code, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(compiled, namespace)
+    if asyncio.iscoroutine(result):
+        asyncio.run(result)
+
+
+def responses_reply(text):
+    """A reply of OpenAI's Responses API, as `POST /v1/responses` gives it."""
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1_760_000_000,
+        "model": "gpt-5",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 12,
+            "output_tokens": 3,
+            "total_tokens": 15,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+@pytest.fixture
+def server():
+    """The scripted server; each reply closes its connection, so the clients the examples make
+    (and leave open, as an application would until it exits) keep no socket from a closed
+    loop."""
+    from model_servers import ScriptedServer
+
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+def stored_texts(path, session_id):
+    with SessionService(SqliteStore(path)) as service:
+        return [m.text for m in service.view_messages(session_id)]
+
+
+def test_the_switch_example_runs_with_the_extra_on_openais_api(server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    server.reply_json(responses_reply("Rain tomorrow."), connection="close")
+    namespace = {"__name__": "__main__"}
+    run_doc(doc_block('Agent("openai:gpt-5"'), namespace)
+    assert namespace["result"].output == "Rain tomorrow."
+    assert [r.path for r in server.requests] == ["/v1/responses"]
+    asyncio.run(namespace["service"].close())
+    assert stored_texts(tmp_path / "chat.db", "user-42") == ["and tomorrow?", "Rain tomorrow."]
+
+
+def test_the_local_model_example_runs_on_a_local_openai_compatible_server(
+    server, tmp_path, monkeypatch, capsys
+):
+    from model_servers import openai_completion
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = doc_block(OLLAMA).replace(OLLAMA, server.url + "/v1")
+    assert server.url in code
+    server.reply_json(openai_completion("A warm coat."), connection="close")
+    run_doc(code, {"__name__": "__main__"})
+    assert capsys.readouterr().out.strip() == "A warm coat."
+    assert [r.path for r in server.requests] == ["/v1/chat/completions"]
+    assert server.requests[0].body["model"] == "qwen2.5:1.5b"
+    assert stored_texts(tmp_path / "local.db", "user-42") == [
+        "What should I pack for Oslo?",
+        "A warm coat.",
+    ]
+
+
+def test_the_blocking_example_runs(server, tmp_path, monkeypatch):
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from model_servers import openai_completion
+
+    monkeypatch.chdir(tmp_path)
+    server.reply_json(openai_completion("Hello Ann."), connection="close")
+    model = OpenAIChatModel(
+        "m", provider=OpenAIProvider(base_url=server.url + "/v1", api_key="unused")
+    )
+    namespace = {"agent": Agent(model), "prompt": "Hi, I'm Ann."}
+    run_doc(doc_block("agent.run_sync("), namespace)
+    assert stored_texts(tmp_path / "chat.db", "user-42") == ["Hi, I'm Ann.", "Hello Ann."]
