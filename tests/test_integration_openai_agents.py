@@ -607,13 +607,46 @@ def test_a_real_run_over_several_turns_with_tools_and_a_compaction(tmp_path):
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openai-agents.md"
+OLLAMA = "http://localhost:11434/v1"
+
+
+def doc_blocks():
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def test_the_local_model_example_runs_on_a_local_chat_completions_server(
+    tmp_path, monkeypatch, capsys
+):
+    from model_servers import ScriptedServer, openai_completion
+    from turnlog import SessionService, SqliteStore
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    [block] = [b for b in doc_blocks() if OLLAMA in b]
+    server = ScriptedServer()
+    try:
+        code = block.replace(OLLAMA, server.url + "/v1")
+        assert server.url in code
+        server.reply_json(openai_completion("A warm coat."), connection="close")
+        exec(compile(code, str(DOC), "exec"), {"__name__": "__main__"})
+        assert capsys.readouterr().out.strip() == "A warm coat."
+        assert [r.path for r in server.requests] == ["/v1/chat/completions"]
+        sent = server.requests[0].body
+        assert sent["model"] == "qwen2.5:1.5b"
+        assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+    finally:
+        server.close()
+    with SessionService(SqliteStore(tmp_path / "local.db")) as service:
+        texts = [m.text for m in service.view_messages("user-42")]
+    assert texts == ["What should I pack for Oslo?", "A warm coat."]
 
 
 def test_the_docs_examples_run_in_a_real_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
     namespace = {"__name__": "__main__"}
-    for block in blocks:
+    for block in doc_blocks():
+        if OLLAMA in block:
+            continue  # the local model's example: below
         exec(compile(block, str(DOC), "exec"), namespace)
     session, service = namespace["session"], namespace["service"]
     assert session.strategy is not None  # the compaction example's session
