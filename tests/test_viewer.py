@@ -232,20 +232,77 @@ def test_log_pages_chain_and_are_capped(client: TestClient) -> None:
     assert capped["limit"] == 500
 
 
+TOKEN = "s3cret-0123456789abcdef"
+
+
 def test_token_is_required_when_set(db: Path) -> None:
-    with TestClient(create_app(f"sqlite:///{db}", token="s3cret")) as c:
+    with TestClient(create_app(f"sqlite:///{db}", token=TOKEN), follow_redirects=False) as c:
         assert c.get("/").status_code == 401
         assert c.get("/api/sessions").status_code == 401
         assert c.get("/", params={"token": "wrong"}).status_code == 401
         assert c.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert c.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).is_success
-        first = c.get("/", params={"token": "s3cret"})
-        assert first.status_code == 200
-        assert TOKEN_COOKIE in first.headers["set-cookie"]
-        assert "HttpOnly" in first.headers["set-cookie"]
+        assert c.get("/api/sessions", headers={"Authorization": "Bearer s3cret"}).status_code == 401
+        assert c.get("/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"}).is_success
+        first = c.get(f"/sessions/demo%2Fx/view?at=3&token={TOKEN}&limit=5")
+        assert first.status_code == 303  # the token leaves the address bar
+        assert first.headers["location"] == "/sessions/demo%2Fx/view?at=3&limit=5"
+        cookie = first.headers["set-cookie"]
+        assert cookie.startswith(f"{TOKEN_COOKIE}={TOKEN};")
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        assert first.headers["content-security-policy"] == CSP
+        assert c.get("/", params={"token": TOKEN}).headers["location"] == "/"
         assert c.get("/sessions/demo-summary").status_code == 200  # the cookie carries it
         c.cookies.clear()
         assert c.get("/sessions/demo-summary").status_code == 401
+        c.cookies.set(TOKEN_COOKIE, "s3cret")
+        assert c.get("/sessions/demo-summary").status_code == 401
+
+
+def test_tokens_shorter_than_16_characters_are_refused(db: Path) -> None:
+    for bad in ("", "t", "s3cret", "a" * 15, "a b" * 8, "x;y" * 8, "é" * 16):
+        with pytest.raises(InvalidInput, match="at least 16"):
+            create_app(f"sqlite:///{db}", token=bad)
+    create_app(f"sqlite:///{db}", token="a" * 16)
+
+
+class _Failing:
+    """A real store whose session list fails with an error turnlog does not know."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def list_sessions(self, *, limit=None):
+        raise RuntimeError("the disk fell off")
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_every_response_carries_the_security_headers(db: Path) -> None:
+    from turnlog.viewer.app import SECURITY_HEADERS
+
+    def secured(response) -> None:
+        for name, value in SECURITY_HEADERS:
+            assert response.headers.get(name) == value, (response.status_code, name)
+
+    with TestClient(create_app(f"sqlite:///{db}", token=TOKEN), follow_redirects=False) as c:
+        secured(c.get("/"))  # 401
+        secured(c.get("/?token=" + TOKEN))  # 303
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for url, status in (("/", 200), ("/api/sessions", 200), ("/nowhere", 404)):
+            got = c.get(url, headers=auth)
+            assert got.status_code == status
+            secured(got)
+        secured(c.post("/", headers=auth))  # 405
+    with TestClient(create_app(f"sqlite:///{db}"), base_url="http://evil.example") as c:
+        got = c.get("/")
+        assert got.status_code == 421
+        secured(got)
+    svc = SessionService(_Failing(SqliteStore(db)))  # type: ignore[arg-type]
+    with TestClient(create_app(svc), base_url=LOCAL, raise_server_exceptions=False) as c:
+        got = c.get("/")
+        assert got.status_code == 500 and "the disk fell off" not in got.text
+        secured(got)
 
 
 def test_only_loopback_names_are_answered_without_a_token(db: Path) -> None:
@@ -258,12 +315,10 @@ def test_only_loopback_names_are_answered_without_a_token(db: Path) -> None:
         with TestClient(app, base_url=base) as c:
             refused = c.get("/api/sessions")
             assert refused.status_code == 421, base
-            assert "--token" in refused.json()["error"]
-    with TestClient(create_app(f"sqlite:///{db}", token="t"), base_url="http://viewer.lan") as c:
-        assert c.get("/api/sessions", headers={"Authorization": "Bearer t"}).status_code == 200
-    for bad in ("", "a b", "x;y", "é"):
-        with pytest.raises(InvalidInput):
-            create_app(svc, token=bad)
+            assert "token" in refused.json()["error"]
+    with TestClient(create_app(f"sqlite:///{db}", token=TOKEN), base_url="http://viewer.lan") as c:
+        got = c.get("/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert got.status_code == 200
     svc.close()
 
 
@@ -305,8 +360,8 @@ def test_serve_help_and_refusals(capsys: pytest.CaptureFixture[str], db: Path) -
     assert main(["serve", "--help"]) == 0
     out = capsys.readouterr().out
     assert "read-only" in out.lower() and "127.0.0.1" in out
-    assert main(["--db", str(db), "serve", "--host", "0.0.0.0"]) == 2
-    assert "--token" in capsys.readouterr().err
+    assert main(["--db", str(db), "serve", "--host", "0.0.0.0", "--token", "short"]) == 2
+    assert "at least 16" in capsys.readouterr().err
     assert main(["--db", str(db), "serve", "--port", "0"]) == 2
     assert main(["--db", str(db), "serve", "--token", " "]) == 2
     assert main(["--db", str(db.parent / "missing.db"), "serve"]) == 1
@@ -365,3 +420,75 @@ def test_numbers_past_64_bits_are_a_400_not_a_500(tmp_path: Path, store: str) ->
         for url in ("/api/sessions?offset=1000", "/api/sessions/s/log?after=9223372036854775807"):
             assert c.get(url).status_code == 200, url
     svc.close()
+
+
+def _serve(db: Path, *args: str, env: dict[str, str] | None = None):
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from server_procs import free_ports
+
+    (port,) = free_ports(1)
+    environ = {k: v for k, v in os.environ.items() if k != "TURNLOG_VIEWER_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnlog.cli", "--db", str(db), "serve", "--port", str(port), *args],
+        env={**environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+            break
+        except urllib.error.HTTPError:
+            break  # it answers (401)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+    return proc, port
+
+
+def _stop(proc) -> str:
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    return err
+
+
+def test_serve_takes_its_token_from_the_environment_or_generates_one(db: Path) -> None:
+    import httpx
+
+    secret = "from-the-env-0123456789"
+    proc, port = _serve(db, env={"TURNLOG_VIEWER_TOKEN": secret})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(base + "/api/sessions").status_code == 401
+        auth = {"Authorization": f"Bearer {secret}"}
+        assert httpx.get(base + "/api/sessions", headers=auth).status_code == 200
+    finally:
+        err = _stop(proc)
+    assert secret not in err and "warning" not in err
+    proc, port = _serve(db, "--host", "0.0.0.0")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(base + "/api/sessions").status_code == 401
+        import time
+
+        time.sleep(0.2)
+    finally:
+        err = _stop(proc)
+    found = re.search(r"\?token=([A-Za-z0-9_-]{16,})", err)
+    assert found and err.count(found[1]) == 1, err  # printed once
+    assert "generated" in err and "TURNLOG_VIEWER_TOKEN" in err
+    flag = "from-the-flag-0123456789"
+    proc, port = _serve(db, "--token", flag)
+    try:
+        auth = {"Authorization": f"Bearer {flag}"}
+        assert httpx.get(f"http://127.0.0.1:{port}/api/sessions", headers=auth).is_success
+    finally:
+        err = _stop(proc)
+    assert "warning: --token shows in `ps`" in err and flag not in err

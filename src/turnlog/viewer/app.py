@@ -18,13 +18,14 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
 
 try:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse, Response
+    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised by a base install only
     raise ImportError(
@@ -37,7 +38,7 @@ from turnlog.stores.opening import open_store
 from turnlog.tokens import default_counter
 from turnlog.viewer import data
 
-__all__ = ["CSP", "TOKEN_COOKIE", "create_app"]
+__all__ = ["CSP", "MIN_TOKEN_LENGTH", "SECURITY_HEADERS", "TOKEN_COOKIE", "create_app"]
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -48,8 +49,20 @@ CSP = (
 TOKEN_COOKIE = "turnlog_viewer_token"
 """The cookie that remembers a `?token=` once it was accepted."""
 
+MIN_TOKEN_LENGTH = 16
+"""The shortest token the viewer takes (`secrets.token_urlsafe()` gives 43 characters)."""
+
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    ("content-security-policy", CSP),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+    ("cache-control", "no-store"),
+)
+"""The headers of every response: pages, JSON, redirects, 401, 404, 421 and 500 alike."""
+
 _TEMPLATES = Path(__file__).parent / "templates"
-_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{1,512}")
+_TOKEN = re.compile(rf"[A-Za-z0-9._~+/=-]{{{MIN_TOKEN_LENGTH},512}}")
 _LOOPBACK_HOST = re.compile(r"(127(\.\d{1,3}){3}|localhost|\[::1\])(:\d+)?", re.IGNORECASE)
 
 
@@ -95,8 +108,9 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         service_or_store_url: the service to read, or a store URL (`sqlite:///path`,
             `postgresql://...`, `redis://...`, `memory://`) to open one; a service made here is
             closed when the app shuts down.
-        token: when given, every request must carry it: `?token=T` (remembered in a cookie),
-            or `Authorization: Bearer T`. Letters, digits and `-._~+/=` only.
+        token: when given, every request must carry it: `?token=T` (answered by a redirect to
+            the same address without it, which sets an HttpOnly, SameSite=Strict cookie), the
+            cookie, or `Authorization: Bearer T`. At least 16 letters, digits and `-._~+/=`.
 
     Returns:
         A Starlette app: HTML pages at `/`, `/sessions/{id}`, `/sessions/{id}/view`,
@@ -104,7 +118,8 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`.
 
     Raises:
-        InvalidInput: an empty token or one with other characters, or a bad store URL.
+        InvalidInput: a token shorter than 16 characters or with other characters, or a bad
+            store URL.
 
     Without a token, only requests whose Host is a loopback name (`127.0.0.1`, `localhost`,
     `[::1]`, any port) are answered: a web page elsewhere cannot read the sessions by
@@ -112,8 +127,8 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
     """
     if token is not None and not _TOKEN.fullmatch(token):
         raise InvalidInput(
-            "the viewer's token must be letters, digits and -._~+/= only (and not empty): "
-            "for example the output of `openssl rand -hex 16`"
+            f"the viewer's token must be at least {MIN_TOKEN_LENGTH} characters, letters, "
+            "digits and -._~+/= only: for example the output of `openssl rand -hex 16`"
         )
     owned = not isinstance(service_or_store_url, SessionService)
     svc = (
@@ -213,9 +228,31 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         if owned:
             await run_in_threadpool(svc.close)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(_Guard, token=token)
-    return app
+    return _Viewer(token, routes=routes, lifespan=lifespan)
+
+
+class _Viewer(Starlette):
+    """Starlette with the guard outside everything, its error handling included, so that an
+    unhandled 500 carries the security headers too."""
+
+    def __init__(self, token: str | None, **kwargs: Any) -> None:
+        self._token = token
+        super().__init__(**kwargs)
+
+    def build_middleware_stack(self) -> Any:
+        return _Guard(super().build_middleware_stack(), self._token)
+
+
+def _without_token(scope: Any) -> str:
+    """The request's path and query, as sent, less its `token` parameters."""
+    path = scope.get("raw_path") or scope["path"].encode()
+    kept = [
+        part
+        for part in scope.get("query_string", b"").split(b"&")
+        if part and unquote_plus(part.split(b"=", 1)[0].decode("latin-1")) != "token"
+    ]
+    target: str = path.decode("latin-1")
+    return target + ("?" + b"&".join(kept).decode("latin-1") if kept else "")
 
 
 class _Guard:
@@ -229,62 +266,57 @@ class _Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request = Request(scope)
-        remember = False
-        if self.token is None and not _LOOPBACK_HOST.fullmatch(request.headers.get("host", "")):
-            response = JSONResponse(
-                {"error": "this viewer answers only to 127.0.0.1, localhost or [::1] "
-                 "(start it with --token to serve other names)"},
-                status_code=421,
-            )  # fmt: skip
-            _secure(response)
-            await response(scope, receive, send)
-            return
-        if self.token is not None:
-            given = request.query_params.get("token")
-            auth = request.headers.get("authorization", "")
-            bearer = auth[7:] if auth.lower().startswith("bearer ") else None
-            cookie = request.cookies.get(TOKEN_COOKIE)
-            ok = any(
-                value is not None and hmac.compare_digest(value.encode(), self.token.encode())
-                for value in (given, bearer, cookie)
-            )
-            if not ok:
-                response = JSONResponse(
-                    {"error": "this viewer needs its token: open it with ?token=... "
-                     "or send Authorization: Bearer ..."},
-                    status_code=401,
-                )  # fmt: skip
-                _secure(response)
-                await response(scope, receive, send)
-                return
-            remember = given is not None and cookie != given
 
         async def send_secured(message: Any) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [
-                    (b"content-security-policy", CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"),
-                    (b"cache-control", b"no-store"),
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.decode("latin-1").lower() not in _SECURITY_NAMES
                 ]
-                if remember and self.token is not None:
-                    headers.append(
-                        (
-                            b"set-cookie",
-                            f"{TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; "
-                            "SameSite=Strict".encode(),
-                        )
-                    )
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS]
                 message = {**message, "headers": headers}
             await send(message)
 
+        request = Request(scope)
+        if self.token is None:
+            if not _LOOPBACK_HOST.fullmatch(request.headers.get("host", "")):
+                response: Response = JSONResponse(
+                    {"error": "this viewer answers only to 127.0.0.1, localhost or [::1] "
+                     "(start it with a token to serve other names)"},
+                    status_code=421,
+                )  # fmt: skip
+                await response(scope, receive, send_secured)
+                return
+            await self.app(scope, receive, send_secured)
+            return
+        given = request.query_params.get("token")
+        auth = request.headers.get("authorization", "")
+        bearer = auth[7:] if auth.lower().startswith("bearer ") else None
+        cookie = request.cookies.get(TOKEN_COOKIE)
+        valid = {
+            name: value is not None and hmac.compare_digest(value.encode(), self.token.encode())
+            for name, value in (("given", given), ("bearer", bearer), ("cookie", cookie))
+        }
+        if not any(valid.values()):
+            response = JSONResponse(
+                {"error": "this viewer needs its token: open it with ?token=... "
+                 "or send Authorization: Bearer ..."},
+                status_code=401,
+            )  # fmt: skip
+            await response(scope, receive, send_secured)
+            return
+        if given is not None:
+            # Move the token out of the address bar (and the history) into a cookie. No
+            # Secure flag: the viewer speaks plain HTTP, where a Secure cookie is never sent.
+            response = RedirectResponse(_without_token(scope), status_code=303)
+            if valid["given"]:
+                response.set_cookie(
+                    TOKEN_COOKIE, self.token, path="/", httponly=True, samesite="strict"
+                )
+            await response(scope, receive, send_secured)
+            return
         await self.app(scope, receive, send_secured)
 
 
-def _secure(response: Response) -> None:
-    response.headers["content-security-policy"] = CSP
-    response.headers["x-content-type-options"] = "nosniff"
-    response.headers["cache-control"] = "no-store"
+_SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
