@@ -1,6 +1,8 @@
 """Run the turn-runner tests on both runners: `SessionChat`, and `AsyncSessionChat` driven
 through a blocking bridge (each call awaited on an event loop of the test's own)."""
 
+import json
+
 from service_modes import BlockingService
 from turnlog import SessionService, SqliteStore
 from turnlog.chat import SessionChat
@@ -65,3 +67,30 @@ class Harness:
         finally:
             if self.loop is not None:
                 self.loop.stop()
+
+
+def alternation_breaks(body):
+    """Where a request body (OpenAI or Anthropic format) has two user messages in a row, as
+    strict servers (llama-cpp-python's chat templates, the Messages API) refuse; [] when none."""
+    roles = [m["role"] for m in body.get("messages", []) if m["role"] != "system"]
+    return [i for i in range(1, len(roles)) if roles[i] == roles[i - 1] == "user"]
+
+
+def enforce_alternation(server, provider):
+    """Make `server` answer 400, as a strict server does, to a request with two user messages
+    in a row."""
+    from model_servers import Reply, anthropic_error, openai_error
+
+    def rewrite(request, reply):
+        if not isinstance(request.body, dict) or not alternation_breaks(request.body):
+            return reply
+        server.replies.appendleft(reply)  # the scripted reply waits for a valid request
+        message = "roles must alternate between user and assistant"
+        body = (
+            openai_error(400, message)
+            if provider == "openai"
+            else anthropic_error("invalid_request_error", message)
+        )
+        return Reply(400, json.dumps(body).encode())
+
+    server.rewrite = rewrite

@@ -1,5 +1,7 @@
 """The turn runner: `SessionChat` and `AsyncSessionChat` (through a blocking bridge)."""
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 
@@ -18,6 +20,7 @@ from turnlog import (
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
+from turnlog.chat_async import NO_REPLY
 from turnlog.compaction import ChatModelSummarizer, ExtractiveSummarizer
 from turnlog.compaction.reported import USAGE_KEY, prompt_digest
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
@@ -443,9 +446,26 @@ def test_a_new_turn_after_one_cut_short_closes_the_calls_it_left_open(harness):
     turn = chat.send("s", "second")
     assert turn.text == "fine"
     messages = log_messages(harness, "s")
-    assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    roles = [m.role for m in messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert messages[3].text == NO_REPLY
     closing = messages[2].tool_results
     assert [r.call_id for r in closing] == ["c1", "c2"] and all(r.is_error for r in closing)
     assert "interrupted" in closing[0].content
     assert violations(messages) == []
     assert violations(model.calls[-1]) == []
+
+
+@pytest.mark.parametrize("how", ["interrupt", "crash"])
+def test_a_turn_interrupted_in_the_model_call_is_closed_by_the_next_one(harness, how):
+    # Ctrl-C is KeyboardInterrupt in a blocking caller, a cancelled task in an asyncio one
+    interrupt = KeyboardInterrupt if harness.kind == "sync" else asyncio.CancelledError
+    stop = Crash if how == "crash" else interrupt
+    model = harness.model([stop(), "second answer"])
+    chat = harness.make(model)
+    with pytest.raises((stop, concurrent.futures.CancelledError)):  # the bridge's, for a task
+        chat.send("s", "first", request_id="r1")
+    assert chat.send("s", "second", request_id="r2").text == "second answer"
+    sent = [m.role for m in model.calls[-1]]
+    assert sent == ["user", "assistant", "user"]
+    assert [m.text for m in log_messages(harness, "s")][1] == NO_REPLY

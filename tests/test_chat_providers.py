@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from chat_harness import KINDS, Harness
+from chat_harness import KINDS, Harness, alternation_breaks, enforce_alternation
 from model_servers import (
     ScriptedServer,
     anthropic_error,
@@ -17,8 +17,9 @@ from model_servers import (
     openai_error,
 )
 from prompt_rules import breaks as violations
+from turnlog.chat_async import NO_REPLY
 from turnlog.compaction.reported import USAGE_KEY
-from turnlog.errors import ModelError
+from turnlog.errors import InvalidInput, ModelError
 from turnlog.models import (
     AnthropicChatModel,
     AsyncAnthropicChatModel,
@@ -157,3 +158,43 @@ def test_a_provider_failure_raises_and_stores_nothing_for_the_call(setup, server
     server.reply_json(text_reply(provider, "hi!"))
     assert chat.send("s", "hello", request_id="r1").text == "hi!"  # the retry resumes
     assert [e.message.role for e in h.service.events("s")] == ["user", "assistant"]
+
+
+def test_a_failed_call_closes_its_turn_so_the_next_request_alternates(setup, server):
+    h, provider, model = setup
+    enforce_alternation(server, provider)
+    if provider == "openai":
+        server.reply_json(openai_error(500, "boom", "server_error"), status=500)
+    else:
+        server.reply_json(anthropic_error("api_error", "boom"), status=500)
+    chat = h.make(model)
+    with pytest.raises(ModelError) as caught:
+        chat.send("s", "first", request_id="r1")
+    assert "nothing was appended" not in str(caught.value)
+    assert "user message stays stored in session 's'" in str(caught.value)
+    server.reply_json(text_reply(provider, "second answer"))
+    assert chat.send("s", "second", request_id="r2").text == "second answer"
+    assert alternation_breaks(server.requests[-1].body) == []
+    messages = [e.message for e in h.service.events("s")]
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[1].text == NO_REPLY
+    assert violations(messages) == []
+    server.reply_json(text_reply(provider, "third"))
+    with pytest.raises(InvalidInput, match="superseded"):  # r1's turn can no longer resume
+        chat.send("s", "first", request_id="r1")
+    assert len(server.requests) == 2
+
+
+def test_a_failed_call_after_tools_closes_its_turn_too(setup, server):
+    h, provider, model = setup
+    enforce_alternation(server, provider)
+    server.reply_json(tool_reply(provider))
+    server.reply_json({}, status=500)
+    chat = h.make(model, tools=[get_weather, get_time])
+    with pytest.raises(ModelError):
+        chat.send("s", "Weather in Oslo?")
+    server.reply_json(text_reply(provider, "ok"))
+    assert chat.send("s", "again").text == "ok"
+    assert alternation_breaks(server.requests[-1].body) == []
+    roles = [e.message.role for e in h.service.events("s")]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]

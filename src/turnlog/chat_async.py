@@ -38,7 +38,7 @@ from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
 if True:  # ASYNC
     import asyncio
 
-__all__ = ["AsyncSessionChat"]
+__all__ = ["NO_REPLY", "AsyncSessionChat"]
 
 logger: Final = logging.getLogger("turnlog.chat")
 
@@ -208,6 +208,8 @@ class AsyncSessionChat:
             view.extend(opened)
             stored = [*stored, *opened]
         replayed = _finished(stored[-1])
+        if request_id is not None and not replayed:
+            _check_not_superseded(view, stored, request_id, session_id)
         if self.tool_search is not None and not replayed:
             self.tool_search.prepare(session_id, self._references)
         call = sum(1 for e in stored if e.role == "assistant")
@@ -240,20 +242,25 @@ class AsyncSessionChat:
             offered = await self._offered(session_id)
             messages = self._prompt(sent)
             response: ChatResponse | None = None
-            with telemetry.model_span(self.model, session_id, messages) as span:
-                if streaming:
-                    async for piece in self.model.stream(messages, offered):
-                        if isinstance(piece, ChatResponse):
-                            response = piece
-                        else:
-                            yield piece
-                    if response is None:
-                        raise ModelError(
-                            _provider(self.model), None, "the model's stream ended without a reply"
-                        )
-                else:
-                    response = await self.model.respond(messages, offered)
-                telemetry.record_response(span, self.model, response)
+            try:
+                with telemetry.model_span(self.model, session_id, messages) as span:
+                    if streaming:
+                        async for piece in self.model.stream(messages, offered):
+                            if isinstance(piece, ChatResponse):
+                                response = piece
+                            else:
+                                yield piece
+                        if response is None:
+                            raise ModelError(
+                                _provider(self.model),
+                                None,
+                                "the model's stream ended without a reply",
+                            )
+                    else:
+                        response = await self.model.respond(messages, offered)
+                    telemetry.record_response(span, self.model, response)
+            except ModelError as exc:
+                raise _what_stayed(exc, session_id, stored) from exc
             responses.append(response)
             event = await self._store_reply(session_id, response, sent, ids.assistant(call))
             tracked.add([event])
@@ -289,6 +296,12 @@ class AsyncSessionChat:
             closing = Message.tool([_interrupted(c) for c in unanswered])
             opened.append(
                 await self.service.append_message(session_id, closing, event_id=ids.closing)
+            )
+        if _unreplied([*view, *opened]):  # a turn whose model call failed or was interrupted
+            opened.append(
+                await self.service.append_message(
+                    session_id, Message.assistant(NO_REPLY), event_id=ids.no_reply
+                )
             )
         if self.system is not None and _latest_system(view) != self.system:
             opened.append(
@@ -444,6 +457,58 @@ def _interrupted(call: ToolCall) -> ToolResult:
         "not run: the turn that made this call was interrupted before the tool's result was stored",
         is_error=True,
     )
+
+
+NO_REPLY: Final = "(no reply: this turn's model call failed or was interrupted)"
+"""The assistant message that closes a turn left without a reply, written when the next turn
+opens, so the next request never holds two user messages in a row."""
+
+
+def _unreplied(view: Sequence[SessionEvent]) -> bool:
+    """True when the view's last message is a user message or tool results: a turn that
+    stopped before the model's reply was stored."""
+    for event in reversed(view):
+        message = event.message
+        if message is None or message.role == "system":
+            continue
+        return message.role in ("user", "tool")
+    return False
+
+
+def _check_not_superseded(
+    view: Sequence[SessionEvent], stored: Sequence[SessionEvent], request_id: str, session_id: str
+) -> None:
+    """Refuse to resume an unfinished turn that other events have followed since.
+
+    Raises:
+        InvalidInput: messages of another turn or writer come after this turn's last event.
+    """
+    mine = {e.id for e in stored}
+    last = max(i for i, e in enumerate(view) if e.id in mine)
+    later = [e for e in view[last + 1 :] if e.message is not None and e.id not in mine]
+    if later:
+        raise InvalidInput(
+            f"request {request_id!r} of session {session_id!r} names a turn that stopped before "
+            f"its reply and was superseded by {len(later)} later message(s) (event "
+            f"{later[0].id!r} first); it cannot resume there and nothing was run: send it with "
+            "a new request id"
+        )
+
+
+def _what_stayed(exc: ModelError, session_id: str, stored: Sequence[SessionEvent]) -> ModelError:
+    """`exc` reworded to say what this turn has stored (the adapter says nothing was)."""
+    said = str(exc).removesuffix(_NOTHING_APPENDED)
+    return ModelError(
+        exc.provider,
+        exc.status,
+        f"{said}; this turn's user message stays stored in session {session_id!r} with "
+        f"{len(stored) - 1} other event(s) of the turn, nothing of the failed call: send again "
+        "with the same request id to resume, or send on (the turn is then closed with a "
+        "no-reply note)",
+    )
+
+
+_NOTHING_APPENDED: Final = "; nothing was appended to the log"
 
 
 def _open_calls(view: Sequence[SessionEvent]) -> list[ToolCall]:

@@ -86,7 +86,8 @@ class TurnIds:
     digits of a hash), so a `send` retried with the same request id writes the same ids, and the
     store's rule that a stored id is not appended twice makes the retry a no-op; without one,
     the prefix is random. Suffixes: `-x` the results closing calls an earlier, interrupted turn
-    left open, `-s` the system prompt, `-u` the user message, `-a{n}` the
+    left open, `-n` the note closing an earlier turn left without a reply, `-s` the
+    system prompt, `-u` the user message, `-a{n}` the
     assistant message of model call n (from 0), `-t{n}` the tool results answering it.
     """
 
@@ -111,6 +112,11 @@ class TurnIds:
     def closing(self) -> str:
         """The id of the tool message that closes calls an interrupted turn left open."""
         return f"{self.prefix}-x"
+
+    @property
+    def no_reply(self) -> str:
+        """The id of the assistant message that closes an earlier turn left without a reply."""
+        return f"{self.prefix}-n"
 
     @property
     def user(self) -> str:

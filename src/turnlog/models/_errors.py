@@ -7,10 +7,16 @@ imports a provider package.
 from __future__ import annotations
 
 from turnlog.errors import ModelError
+from turnlog.models.base import CappedReply, DuplicateCallId, IncompleteReply
 
 __all__ = ["model_error"]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_CAPS = {
+    "openai": "options={'max_completion_tokens': N} (or 'max_tokens', for servers that "
+    "know only that)",
+    "anthropic": "max_tokens=",
+}
 
 
 def _detail(exc: BaseException) -> str:
@@ -25,7 +31,28 @@ def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
     kind = type(exc).__name__
     detail = _detail(exc)
     who = f"{provider} model {model!r}"
-    if isinstance(exc, ValueError) or kind == "APIResponseValidationError":
+    if isinstance(exc, IncompleteReply):
+        status = status or 200
+        advice = (
+            f"the reply of {who} ended before it was complete ({detail}): the server or a "
+            "proxy closed the stream early, so none of it was used and no tool was run; try "
+            "again, and check the proxy's timeouts when it keeps happening"
+        )
+    elif isinstance(exc, CappedReply):
+        status = status or 200
+        advice = (
+            f"{who} hit the reply's token cap (stop reason {exc.reason!r}), which cut "
+            f"{exc.what} short: {exc.outcome}; raise the cap "
+            f"({_CAPS.get(provider, 'max_tokens')})"
+        )
+    elif isinstance(exc, DuplicateCallId):
+        status = status or 200
+        advice = (
+            f"the reply of {who} gives two tool calls the same id {exc.call_id!r}, so their "
+            "results could not be told apart: the reply was not used and no tool was run; try "
+            "again, and check the server's tool-call support when it keeps happening"
+        )
+    elif isinstance(exc, ValueError) or kind == "APIResponseValidationError":
         # MalformedReply, a body that is not JSON, or one the client's models reject
         status = status or 200
         advice = (
@@ -53,8 +80,8 @@ def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
         advice = f"{who} refused the request (HTTP {status}): {detail}"
     elif kind == "APITimeoutError" or kind.endswith("Timeout"):  # httpx's, mid-stream
         advice = (
-            f"{who} did not answer in time, after the client's retries: try again, or give "
-            "the client a longer timeout"
+            f"{who} did not answer in time (counting the client's retries, if it makes any): "
+            "try again, or give the client a longer timeout"
         )
     elif kind in ("APIConnectionError", "RemoteProtocolError", "ReadError", "ConnectError"):
         advice = f"{who} cannot be reached ({detail}): check base_url and that the server is up"
