@@ -469,3 +469,26 @@ def test_a_turn_interrupted_in_the_model_call_is_closed_by_the_next_one(harness,
     sent = [m.role for m in model.calls[-1]]
     assert sent == ["user", "assistant", "user"]
     assert [m.text for m in log_messages(harness, "s")][1] == NO_REPLY
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_blocking_tool_stopping_its_thread_ends_the_turn_not_the_loop(tmp_path, stop):
+    from turnlog.tools import ToolInterrupted
+
+    harness = Harness("async", tmp_path)
+    try:
+
+        def quit_now(n: int) -> int:
+            """Stop."""
+            raise stop()
+
+        model = harness.model([calls(("quit_now", {"n": 1}, "c1")), "after"])
+        chat = harness.make(model, tools=[quit_now])
+        with pytest.raises(ToolInterrupted, match="'quit_now' raised") as caught:
+            chat.send("s", "go")
+        assert isinstance(caught.value.__cause__, stop)
+        assert chat.send("s", "again").text == "after"  # the loop still runs
+        closing = log_messages(harness, "s")[2].tool_results
+        assert closing[0].call_id == "c1" and closing[0].is_error
+    finally:
+        harness.close()

@@ -32,11 +32,11 @@ from typing import Any, Final
 
 import msgspec
 
-from turnlog.errors import InvalidInput
+from turnlog.errors import InvalidInput, TurnlogError
 from turnlog.events import ToolCall, ToolResult
 from turnlog.toolsearch.base import ToolReference
 
-__all__ = ["Tool", "as_tools", "run_tool", "run_tool_async", "tool_content"]
+__all__ = ["Tool", "ToolInterrupted", "as_tools", "run_tool", "run_tool_async", "tool_content"]
 
 _SECTION: Final = re.compile(
     r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|Attributes)"
@@ -252,6 +252,36 @@ def as_tools(items: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
     return tools
 
 
+class ToolInterrupted(TurnlogError):
+    """A blocking tool run by `AsyncSessionChat` in a worker thread raised `KeyboardInterrupt`
+    or `SystemExit`.
+
+    Raised in that thread, either would stop the caller's event loop (and every other session it
+    serves); the runner ends the turn with this error instead, and the loop keeps running. The
+    call stays open in the log: the next turn answers it "not run", a retry with the same
+    request id runs the tool again. The original exception is the `__cause__`.
+
+    Attributes:
+        tool: the tool's name.
+    """
+
+    def __init__(self, tool: str, exc: BaseException) -> None:
+        self.tool = tool
+        super().__init__(
+            f"tool {tool!r} raised {type(exc).__name__} in its worker thread; the turn stopped "
+            "(the event loop runs on): fix the tool, or raise an ordinary exception from it "
+            "to give the model an error result"
+        )
+
+
+def _in_thread(tool: Tool, arguments: dict[str, Any]) -> Any:
+    """Run a blocking tool in the worker thread, `KeyboardInterrupt`/`SystemExit` made typed."""
+    try:
+        return tool.function(**arguments)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise ToolInterrupted(tool.name, exc) from exc
+
+
 def tool_content(value: object) -> str:
     """What a tool returned, as the text the model reads: a string as it is, else JSON."""
     if isinstance(value, str):
@@ -311,6 +341,9 @@ async def run_tool_async(tools: Mapping[str, Tool], call: ToolCall) -> ToolResul
 
     Returns:
         As `run_tool`.
+
+    Raises:
+        ToolInterrupted: the blocking tool raised `KeyboardInterrupt` or `SystemExit`.
     """
     prepared = _prepare(tools, call)
     if isinstance(prepared, ToolResult):
@@ -320,9 +353,11 @@ async def run_tool_async(tools: Mapping[str, Tool], call: ToolCall) -> ToolResul
         if tool.is_async:
             value = await tool.function(**arguments)
         else:
-            value = await asyncio.to_thread(tool.function, **arguments)
+            value = await asyncio.to_thread(_in_thread, tool, arguments)
             if inspect.isawaitable(value):
                 value = await value
+    except ToolInterrupted:
+        raise
     except Exception as exc:
         return _raised(call, exc)
     return ToolResult(call.id, call.name, tool_content(value))
