@@ -492,3 +492,59 @@ def test_a_blocking_tool_stopping_its_thread_ends_the_turn_not_the_loop(tmp_path
         assert closing[0].call_id == "c1" and closing[0].is_error
     finally:
         harness.close()
+
+
+def test_a_tool_that_takes_too_long_becomes_a_timed_out_result(harness):
+    import threading
+    import time
+
+    from turnlog.tools import Tool
+
+    release = threading.Event()
+
+    def hang(n: int) -> int:
+        """Hang until released."""
+        release.wait(10)
+        return n
+
+    async def hang_async(n: int) -> int:
+        """Hang for a while."""
+        await asyncio.sleep(10)
+        return n
+
+    def quick(n: int) -> int:
+        """Fast, with a generous timeout of its own."""
+        return n * 2
+
+    model = harness.model(
+        [
+            calls(("hang", {"n": 1}, "c1"), ("hang_async", {"n": 2}, "c2")),
+            calls(("quick", {"n": 3}, "c3")),
+            "done",
+        ]
+    )
+    tools = [hang, hang_async, Tool.from_function(quick, timeout=30)]
+    chat = harness.make(model, tools=tools, tool_timeout=0.2)
+    started = time.monotonic()
+    try:
+        turn = chat.send("s", "go")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5
+    assert turn.text == "done"
+    first, second = (r.result for r in turn.tool_runs[:2])
+    assert first.is_error and "hang timed out after 0.2 s" in first.content
+    assert second.is_error and "hang_async timed out after 0.2 s" in second.content
+    assert "outcome is unknown" in first.content
+    assert turn.tool_runs[2].result.content == "6"
+    assert violations(model.calls[-1]) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "5"])
+def test_a_bad_tool_timeout_is_refused(harness, bad):
+    from turnlog.tools import Tool
+
+    with pytest.raises(InvalidInput, match="tool_timeout must be a positive number"):
+        harness.make(harness.model(["x"]), tool_timeout=bad)
+    with pytest.raises(InvalidInput, match="timeout must be a positive number"):
+        Tool.from_function(weather, timeout=bad)

@@ -80,3 +80,17 @@ def test_the_streaming_and_request_id_examples(server, tmp_path, capsys):
         assert namespace["turn"].text == "Booked."
         exec(block_with("docs/chat.md", 'request_id="req-7f3a"'), namespace)
         assert namespace["turn"].replayed and len(server.requests) == 3
+
+
+def test_the_tool_timeout_example(server, tmp_path):
+    namespace = {}
+    first = block_with("docs/chat.md", "def get_weather")
+    exec(first.split("model = OpenAIChatModel")[0], namespace)
+    with (
+        OpenAIChatModel("m", base_url=server.url + "/v1", api_key="k") as model,
+        SessionService(SqliteStore(tmp_path / "t.db")) as service,
+    ):
+        namespace.update(service=service, model=model)
+        exec(block_with("docs/chat.md", "tool_timeout=10"), namespace)
+        chat = namespace["chat"]
+        assert chat.tool_timeout == 10 and chat.tools["slow_weather"].timeout == 30

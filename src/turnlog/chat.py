@@ -32,7 +32,7 @@ from turnlog.models.base import (
 )
 from turnlog.rules import repair_messages
 from turnlog.service import SessionService
-from turnlog.tools import Tool, as_tools, run_tool
+from turnlog.tools import Tool, as_tools, check_timeout, run_tool
 from turnlog.toolsearch.base import ToolReference
 from turnlog.toolsearch.search import SEARCH_TOOL_NAME, ToolSearch
 from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
@@ -62,6 +62,10 @@ class SessionChat:
         cache_breakpoint: mark the end of the stable prefix (the system prompt, the pinned
             events and the summary) for the provider's prompt cache (`CACHE_BREAKPOINT_KEY`;
             the Anthropic adapter honours it when built with `cache_prompt=True`).
+        tool_timeout: seconds a tool call may take (a `Tool`'s own `timeout` comes first);
+            one that takes longer becomes an error result the model reads ("timed out"). An
+            `def` tool is cancelled; a blocking tool is abandoned in its thread and runs
+            on (Python cannot stop a thread). None: no limit.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
@@ -83,6 +87,7 @@ class SessionChat:
         max_tool_rounds: int = 10,
         ttl: Duration | None = None,
         cache_breakpoint: bool = True,
+        tool_timeout: float | None = None,
     ) -> None:
         if not isinstance(service, SessionService):
             raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
@@ -114,6 +119,7 @@ class SessionChat:
                 raise InvalidInput(f"{what} must be an integer >= {least}, got {value!r}")
         if ttl is not None:
             to_timedelta(ttl, "ttl")
+        check_timeout(tool_timeout, "tool_timeout")
         self.service = service
         self.model = model
         self.system = system
@@ -127,6 +133,7 @@ class SessionChat:
         self.max_tool_rounds = max_tool_rounds
         self.ttl = ttl
         self.cache_breakpoint = bool(cache_breakpoint)
+        self.tool_timeout = tool_timeout
         self._references = [t.reference for t in self.tools.values()]
 
     # -- the public calls -------------------------------------------------------------------
@@ -356,7 +363,7 @@ class SessionChat:
         if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
             answer = self.tool_search.answer_call(session_id, call.arguments)
             return ToolResult(call.id, call.name, answer)
-        return run_tool(self.tools, call)
+        return run_tool(self.tools, call, self.tool_timeout)
 
     def _compact(
         self, session: Session, seen: tuple[int, Sequence[SessionEvent]] | None

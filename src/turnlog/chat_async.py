@@ -30,7 +30,7 @@ from turnlog.models.base import (
 )
 from turnlog.rules import repair_messages
 from turnlog.service_async import AsyncSessionService
-from turnlog.tools import Tool, as_tools, run_tool_async
+from turnlog.tools import Tool, as_tools, check_timeout, run_tool_async
 from turnlog.toolsearch.base import ToolReference
 from turnlog.toolsearch.search_async import SEARCH_TOOL_NAME, AsyncToolSearch
 from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
@@ -63,6 +63,10 @@ class AsyncSessionChat:
         cache_breakpoint: mark the end of the stable prefix (the system prompt, the pinned
             events and the summary) for the provider's prompt cache (`CACHE_BREAKPOINT_KEY`;
             the Anthropic adapter honours it when built with `cache_prompt=True`).
+        tool_timeout: seconds a tool call may take (a `Tool`'s own `timeout` comes first);
+            one that takes longer becomes an error result the model reads ("timed out"). An
+            `async def` tool is cancelled; a blocking tool is abandoned in its thread and runs
+            on (Python cannot stop a thread). None: no limit.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
@@ -84,6 +88,7 @@ class AsyncSessionChat:
         max_tool_rounds: int = 10,
         ttl: Duration | None = None,
         cache_breakpoint: bool = True,
+        tool_timeout: float | None = None,
     ) -> None:
         if not isinstance(service, AsyncSessionService):
             raise InvalidInput(
@@ -125,6 +130,7 @@ class AsyncSessionChat:
                 raise InvalidInput(f"{what} must be an integer >= {least}, got {value!r}")
         if ttl is not None:
             to_timedelta(ttl, "ttl")
+        check_timeout(tool_timeout, "tool_timeout")
         self.service = service
         self.model = model
         self.system = system
@@ -138,6 +144,7 @@ class AsyncSessionChat:
         self.max_tool_rounds = max_tool_rounds
         self.ttl = ttl
         self.cache_breakpoint = bool(cache_breakpoint)
+        self.tool_timeout = tool_timeout
         self._references = [t.reference for t in self.tools.values()]
 
     # -- the public calls -------------------------------------------------------------------
@@ -374,7 +381,7 @@ class AsyncSessionChat:
         if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
             answer = await self.tool_search.answer_call(session_id, call.arguments)
             return ToolResult(call.id, call.name, answer)
-        return await run_tool_async(self.tools, call)
+        return await run_tool_async(self.tools, call, self.tool_timeout)
 
     async def _compact(
         self, session: Session, seen: tuple[int, Sequence[SessionEvent]] | None

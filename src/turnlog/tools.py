@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import queue
 import re
+import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,8 +157,12 @@ class Tool:
     """What runs it: called with the arguments as keyword arguments; may be `async def`."""
     arguments_type: type[msgspec.Struct] | None = field(default=None, repr=False)
     """The type the arguments are decoded into (from the signature), or None."""
+    timeout: float | None = None
+    """Seconds a call may take before it becomes an error result the model reads ("timed
+    out"); None: the runner's `tool_timeout`."""
 
     def __post_init__(self) -> None:
+        check_timeout(self.timeout, f"tool {self.name!r}: timeout")
         if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", self.name):
             raise InvalidInput(
                 f"a tool name must be 1-128 letters, digits, '_', '.' or '-', got {self.name!r}"
@@ -177,6 +183,7 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        timeout: float | None = None,
     ) -> Tool:
         """A tool from a function: its name, docstring and typed signature.
 
@@ -184,6 +191,7 @@ class Tool:
             function: a function (or `async def`) taking named parameters.
             name: the tool's name; the function's `__name__` when None.
             description: the tool's description; the docstring's summary when None.
+            timeout: seconds a call may take (see `Tool.timeout`); None: the runner's.
 
         Raises:
             InvalidInput: `function` is not callable, takes `*args`, `**kwargs` or
@@ -200,6 +208,7 @@ class Tool:
             parameters=_schema(arguments, params, str(tool_name)),
             function=function,
             arguments_type=arguments,
+            timeout=timeout,
         )
 
     @property
@@ -250,6 +259,26 @@ def as_tools(items: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
             raise InvalidInput(f"two tools are named {made.name!r}: give each a unique name")
         tools[made.name] = made
     return tools
+
+
+def check_timeout(value: object, what: str) -> None:
+    """Refuse a timeout that is not None or a positive number of seconds.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInput(f"{what} must be a positive number of seconds or None, got {value!r}")
+
+
+def _timed_out(call: ToolCall, seconds: float) -> ToolResult:
+    return _failure(
+        call,
+        f"{call.name} timed out after {seconds:g} s and was abandoned (tool_timeout); it may "
+        "still be running, so its outcome is unknown",
+    )
 
 
 class ToolInterrupted(TurnlogError):
@@ -312,32 +341,71 @@ def _raised(call: ToolCall, exc: Exception) -> ToolResult:
     return _failure(call, f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
 
 
-def run_tool(tools: Mapping[str, Tool], call: ToolCall) -> ToolResult:
+def run_tool(tools: Mapping[str, Tool], call: ToolCall, timeout: float | None = None) -> ToolResult:
     """Run the call's tool (blocking); an `async def` tool runs on a new event loop.
 
+    Args:
+        tools: the tools by name.
+        call: the model's call.
+        timeout: seconds the call may take when the tool has no `timeout` of its own; None
+            waits as long as it runs. A timed tool runs in a daemon thread, abandoned (left
+            running: Python cannot stop a thread) when the time is up.
+
     Returns:
-        The result; an error result (`is_error=True`) for an unknown tool, bad arguments, or a
-        tool that raised (the exception's type and message are what the model reads).
+        The result; an error result (`is_error=True`) for an unknown tool, bad arguments, a
+        tool that raised (the exception's type and message are what the model reads), or one
+        that timed out.
     """
     prepared = _prepare(tools, call)
     if isinstance(prepared, ToolResult):
         return prepared
     tool, arguments = prepared
+    seconds = tool.timeout if tool.timeout is not None else timeout
     try:
-        value = tool.function(**arguments)
-        if inspect.isawaitable(value):
-            value = asyncio.run(_awaited(value))
+        if seconds is None:
+            value = _call(tool, arguments)
+        else:
+            done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+            def work() -> None:
+                try:
+                    done.put((True, _call(tool, arguments)))
+                except BaseException as exc:  # handed to the caller's thread
+                    done.put((False, exc))
+
+            threading.Thread(target=work, name=f"turnlog-tool-{tool.name}", daemon=True).start()
+            try:
+                ok, value = done.get(timeout=seconds)
+            except queue.Empty:
+                return _timed_out(call, seconds)
+            if not ok:
+                raise value
     except Exception as exc:
         return _raised(call, exc)
     return ToolResult(call.id, call.name, tool_content(value))
+
+
+def _call(tool: Tool, arguments: dict[str, Any]) -> Any:
+    value = tool.function(**arguments)
+    if inspect.isawaitable(value):
+        value = asyncio.run(_awaited(value))
+    return value
 
 
 async def _awaited(value: typing.Awaitable[Any]) -> Any:
     return await value
 
 
-async def run_tool_async(tools: Mapping[str, Tool], call: ToolCall) -> ToolResult:
+async def run_tool_async(
+    tools: Mapping[str, Tool], call: ToolCall, timeout: float | None = None
+) -> ToolResult:
     """Run the call's tool on the running loop; a blocking tool runs in a worker thread.
+
+    Args:
+        tools: the tools by name.
+        call: the model's call.
+        timeout: as for `run_tool`; an `async def` tool is cancelled when the time is up, a
+            blocking one is abandoned in its thread.
 
     Returns:
         As `run_tool`.
@@ -349,13 +417,18 @@ async def run_tool_async(tools: Mapping[str, Tool], call: ToolCall) -> ToolResul
     if isinstance(prepared, ToolResult):
         return prepared
     tool, arguments = prepared
+    seconds = tool.timeout if tool.timeout is not None else timeout
     try:
-        if tool.is_async:
-            value = await tool.function(**arguments)
-        else:
-            value = await asyncio.to_thread(_in_thread, tool, arguments)
-            if inspect.isawaitable(value):
-                value = await value
+        async with asyncio.timeout(seconds):
+            if tool.is_async:
+                value = await tool.function(**arguments)
+            else:
+                value = await asyncio.to_thread(_in_thread, tool, arguments)
+                if inspect.isawaitable(value):
+                    value = await value
+    except TimeoutError:
+        assert seconds is not None
+        return _timed_out(call, seconds)
     except ToolInterrupted:
         raise
     except Exception as exc:
