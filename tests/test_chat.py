@@ -548,3 +548,36 @@ def test_a_bad_tool_timeout_is_refused(harness, bad):
         harness.make(harness.model(["x"]), tool_timeout=bad)
     with pytest.raises(InvalidInput, match="timeout must be a positive number"):
         Tool.from_function(weather, timeout=bad)
+
+
+def test_a_huge_tool_result_is_stored_whole_and_sent_as_a_preview(harness):
+    def dump(n: int) -> str:
+        """A huge output."""
+        return "line of output\n" * n
+
+    model = harness.model([calls(("dump", {"n": 20_000}, "c1")), "big", "next"])
+    chat = harness.make(model, tools=[dump], max_tool_result_tokens=1000)
+    chat.send("s", "dump it")
+    chat.send("s", "and then?")
+    stored = next(m for m in log_messages(harness, "s") if m.role == "tool")
+    assert stored.tool_results[0].content == "line of output\n" * 20_000  # whole in the log
+    for request in model.calls[1:]:  # every later request carries the preview
+        [sent] = [m for m in request if m.role == "tool"]
+        content = sent.tool_results[0].content
+        assert content.startswith("line of output\n")
+        assert len(content) < 2000
+        assert "300000 characters, about 75000 tokens" in content
+        assert "max_tool_result_tokens=1000" in content
+        assert violations(request) == []
+
+
+def test_tool_results_are_sent_whole_under_the_limit_or_without_one(harness):
+    def dump(n: int) -> str:
+        """A big output."""
+        return "x" * n
+
+    model = harness.model([calls(("dump", {"n": 100_000}, "c1")), "big"])
+    harness.make(model, tools=[dump], max_tool_result_tokens=None).send("s", "dump it")
+    assert model.calls[1][-1].tool_results[0].content == "x" * 100_000
+    with pytest.raises(InvalidInput, match="max_tool_result_tokens must be"):
+        harness.make(model, max_tool_result_tokens=0)

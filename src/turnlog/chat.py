@@ -32,7 +32,14 @@ from turnlog.models.base import (
 )
 from turnlog.rules import repair_messages
 from turnlog.service import SessionService
-from turnlog.tools import Tool, as_tools, check_timeout, run_tool
+from turnlog.tools import (
+    DEFAULT_MAX_TOOL_RESULT_TOKENS,
+    Tool,
+    as_tools,
+    check_timeout,
+    preview_result,
+    run_tool,
+)
 from turnlog.toolsearch.base import ToolReference
 from turnlog.toolsearch.search import SEARCH_TOOL_NAME, ToolSearch
 from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
@@ -66,6 +73,9 @@ class SessionChat:
             one that takes longer becomes an error result the model reads ("timed out"). An
             `def` tool is cancelled; a blocking tool is abandoned in its thread and runs
             on (Python cannot stop a thread). None: no limit.
+        max_tool_result_tokens: a tool result over about this many tokens (utf-8 bytes / 4) is
+            stored whole but sent, on every request, as its start and a note of its size
+            (20,000 by default; None sends every result whole).
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
@@ -88,6 +98,7 @@ class SessionChat:
         ttl: Duration | None = None,
         cache_breakpoint: bool = True,
         tool_timeout: float | None = None,
+        max_tool_result_tokens: int | None = DEFAULT_MAX_TOOL_RESULT_TOKENS,
     ) -> None:
         if not isinstance(service, SessionService):
             raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
@@ -120,6 +131,15 @@ class SessionChat:
         if ttl is not None:
             to_timedelta(ttl, "ttl")
         check_timeout(tool_timeout, "tool_timeout")
+        if max_tool_result_tokens is not None and (
+            isinstance(max_tool_result_tokens, bool)
+            or not isinstance(max_tool_result_tokens, int)
+            or max_tool_result_tokens < 1
+        ):
+            raise InvalidInput(
+                "max_tool_result_tokens must be an integer >= 1 or None, got "
+                f"{max_tool_result_tokens!r}"
+            )
         self.service = service
         self.model = model
         self.system = system
@@ -134,6 +154,7 @@ class SessionChat:
         self.ttl = ttl
         self.cache_breakpoint = bool(cache_breakpoint)
         self.tool_timeout = tool_timeout
+        self.max_tool_result_tokens = max_tool_result_tokens
         self._references = [t.reference for t in self.tools.values()]
 
     # -- the public calls -------------------------------------------------------------------
@@ -338,7 +359,7 @@ class SessionChat:
 
     def _prompt(self, sent: list[SessionEvent]) -> list[Message]:
         """The messages to send: the view's, repaired, the stable prefix marked."""
-        messages = [e.message for e in sent if e.message is not None]
+        messages = [self._shown(e) for e in sent if e.message is not None]
         if self.cache_breakpoint:
             end = _stable_prefix_end(sent)
             if end is not None:
@@ -347,6 +368,18 @@ class SessionChat:
                     marked, metadata={**marked.metadata, CACHE_BREAKPOINT_KEY: True}
                 )
         return repair_messages(messages)
+
+    def _shown(self, event: SessionEvent) -> Message:
+        """The event's message as sent: tool results over `max_tool_result_tokens` previewed."""
+        message = event.message
+        assert message is not None
+        limit = self.max_tool_result_tokens
+        if limit is None or message.role != "tool":
+            return message
+        results = tuple(preview_result(r, event.id, limit) for r in message.tool_results)
+        if all(a is b for a, b in zip(results, message.tool_results, strict=True)):
+            return message
+        return replace(message, tool_results=results)
 
     def _offered(self, session_id: str) -> list[ToolReference] | None:
         """The tool definitions to send: every tool, or the search tool and what it found."""

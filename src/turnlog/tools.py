@@ -33,12 +33,22 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
+from msgspec.structs import replace
 
 from turnlog.errors import InvalidInput, TurnlogError
 from turnlog.events import ToolCall, ToolResult
 from turnlog.toolsearch.base import ToolReference
 
-__all__ = ["Tool", "ToolInterrupted", "as_tools", "run_tool", "run_tool_async", "tool_content"]
+__all__ = [
+    "DEFAULT_MAX_TOOL_RESULT_TOKENS",
+    "Tool",
+    "ToolInterrupted",
+    "as_tools",
+    "preview_result",
+    "run_tool",
+    "run_tool_async",
+    "tool_content",
+]
 
 _SECTION: Final = re.compile(
     r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|Attributes)"
@@ -259,6 +269,41 @@ def as_tools(items: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
             raise InvalidInput(f"two tools are named {made.name!r}: give each a unique name")
         tools[made.name] = made
     return tools
+
+
+DEFAULT_MAX_TOOL_RESULT_TOKENS: Final = 20_000
+"""The runner's default `max_tool_result_tokens`: about 80 KB of text."""
+
+_PREVIEW_NOTE: Final = (
+    "[output of {tool} shortened in the prompt: {chars} characters, about {tokens} tokens "
+    "(over max_tool_result_tokens={limit}); the session log keeps it whole as event "
+    "{event_id}; above, its first {shown} characters]"
+)
+
+
+def preview_result(result: ToolResult, event_id: str, max_tokens: int) -> ToolResult:
+    """`result` as the prompt shows it: whole when it is about `max_tokens` tokens or fewer
+    (utf-8 bytes / 4), else its start and a note of its size, as a cleared output reads.
+
+    Returns:
+        `result` itself, or a copy with the shortened content.
+    """
+    content = result.content
+    if len(content) <= max_tokens:  # bytes / 4 never exceeds the characters
+        return result
+    tokens = -(-len(content.encode("utf-8", "surrogatepass")) // 4)
+    if tokens <= max_tokens:
+        return result
+    shown = max(0, max_tokens * 3 // 2)  # about half the limit, at 3 characters a token
+    note = _PREVIEW_NOTE.format(
+        tool=result.name,
+        chars=len(content),
+        tokens=tokens,
+        limit=max_tokens,
+        event_id=event_id,
+        shown=shown,
+    )
+    return replace(result, content=content[:shown] + "\n" + note)
 
 
 def check_timeout(value: object, what: str) -> None:
