@@ -4,6 +4,10 @@ A `ScriptedServer` listens on 127.0.0.1 (a thread per request); the test scripts
 order (`reply_json`, `reply_sse`, `reply_status`, `reply_raw`, optionally slow) and reads the
 requests it got (`requests`: path, headers, JSON body). The official clients talk to it over
 real sockets through `base_url`. Builders below write bodies exactly as each provider does.
+
+Like llama-cpp-python's server, it answers 500 to a Chat Completions request holding a message
+whose `content` is null (`null_content`), and keeps the scripted reply for the next request.
+(`refuse_null_content = False` lets it pass, for clients that send null, e.g. LangChain's.)
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ScriptedServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.aborted = 0
+        self.refuse_null_content = True
+        """Answer 500 to a null message content, as llama-cpp-python's server does."""
         self.rewrite: Callable[[Request, Reply], Reply] | None = None
         """Called with each request and the scripted reply; returns the reply to send (a
         server that computes part of its reply from the request, e.g. `CountingServer`)."""
@@ -74,6 +80,10 @@ class ScriptedServer:
                     )
                 )
                 reply = server.replies.popleft() if server.replies else Reply(500, b"{}")
+                refused = null_content(self.path, body) if server.refuse_null_content else None
+                if refused is not None:
+                    server.replies.appendleft(reply)  # it waits for a request the server takes
+                    reply = Reply(500, json.dumps(openai_error(500, refused)).encode())
                 if server.rewrite is not None:
                     reply = server.rewrite(server.requests[-1], reply)
                 if reply.sse is None and reply.delay and server._stop.wait(reply.delay):
@@ -126,7 +136,8 @@ class ScriptedServer:
         self, events: list[tuple[str | None, Any]], trailer: bytes = b"", pause: float = 0.0
     ) -> None:
         """Events as (event name or None, JSON data or a raw string), then `trailer`; `pause`
-        seconds after each."""
+        seconds after each. The body ends cleanly after them: a list cut short is a stream
+        a proxy closed early."""
         chunks = []
         for name, data in events:
             text = data if isinstance(data, str) else json.dumps(data)
@@ -144,6 +155,17 @@ class ScriptedServer:
 
 
 # -- OpenAI Chat Completions ------------------------------------------------------------------
+
+
+def null_content(path: str, body: Any) -> str | None:
+    """What llama-cpp-python's server says (500) to a Chat Completions `body` with a message
+    whose content is null; None when every message has one."""
+    if not path.endswith("/chat/completions") or not isinstance(body, dict):
+        return None
+    for i, message in enumerate(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("content", "") is None:
+            return f'can only concatenate str (not "NoneType") to str (message {i})'
+    return None
 
 
 def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> dict:

@@ -723,6 +723,7 @@ def test_the_agent_example_runs_on_a_local_openai_compatible_server(server, tmp_
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     local = doc_block(OLLAMA).replace(OLLAMA, server.url + "/v1")
     assert server.url in local
+    server.refuse_null_content = False  # langchain-openai sends null content beside tool calls
     server.reply_json(openai_completion(None, [("call_1", "get_weather", '{"city": "Oslo"}')]))
     server.reply_json(openai_completion("It is sunny in Oslo."))
     server.reply_json(openai_completion("Sunny in Lima too."))

@@ -20,7 +20,7 @@ from turnlog.models.anthropic_format import (
     to_anthropic_cached,
     to_anthropic_messages,
 )
-from turnlog.models.base import ChatResponse, StreamEvent, client_settings
+from turnlog.models.base import ChatResponse, StreamEvent, client_settings, whole_summary
 from turnlog.models.calls_async import call_model, stream_model
 from turnlog.toolsearch.base import ToolReference
 
@@ -174,7 +174,17 @@ class AsyncAnthropicChatModel:
     async def complete(self, messages: Sequence[Message]) -> Message:
         """The reply's assistant message: `ChatModelSummarizer` calls this.
 
+        A reply the model stopped at its token cap is refused rather than returned cut short
+        (a summary cut mid-sentence loses what it leaves out): the summarizer then declines.
+
         Raises:
-            ModelError: the provider failed the call.
+            ModelError: the provider failed the call, or the reply hit the token cap.
         """
-        return (await self.respond(messages)).message
+        request = self._request(messages, None)
+        response = await call_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.messages.create(**request),
+            lambda body: whole_summary(response_from_anthropic(body)),
+        )
+        return response.message

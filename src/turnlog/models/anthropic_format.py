@@ -34,10 +34,12 @@ from turnlog.events import Message, ToolCall, ToolResult
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatResponse,
+    IncompleteReply,
     MalformedReply,
     Usage,
     count,
     field_of,
+    whole_reply,
 )
 from turnlog.toolsearch.base import ToolReference
 
@@ -272,6 +274,8 @@ def response_from_anthropic(body: object) -> ChatResponse:
 
     Raises:
         MalformedReply: no content list, or a block without its fields.
+        DuplicateCallId: two tool_use blocks share an id.
+        CappedReply: the reply stopped at the token cap ("max_tokens") inside its tool calls.
     """
     content = field_of(body, "content", list, "the reply")
     assert isinstance(body, dict) and isinstance(content, list)
@@ -283,12 +287,13 @@ def response_from_anthropic(body: object) -> ChatResponse:
     text = "".join(texts)
     model = body.get("model")
     reason = body.get("stop_reason")
-    return ChatResponse(
+    response = ChatResponse(
         message=Message.assistant(text if text or not calls else None, calls),
         usage=_usage(body.get("usage")),
         model=model if isinstance(model, str) else "",
         stop_reason=reason if isinstance(reason, str) else None,
     )
+    return whole_reply(response)
 
 
 class AnthropicStream:
@@ -300,6 +305,8 @@ class AnthropicStream:
         self._partial: dict[int, list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._stop: str | None = None
+        self._closed: set[int] = set()
+        self._ended = False
 
     def feed(self, event: object) -> str | None:
         """Take one event.
@@ -327,6 +334,12 @@ class AnthropicStream:
                 return str(block["text"])
         elif kind == "content_block_delta":
             return self._delta(event)
+        elif kind == "content_block_stop":
+            index = field_of(event, "index", int, kind)
+            assert isinstance(index, int)
+            self._closed.add(index)
+        elif kind == "message_stop":
+            self._ended = True
         elif kind == "message_delta":
             delta = event.get("delta") or {}
             if isinstance(delta.get("stop_reason"), str):
@@ -361,11 +374,25 @@ class AnthropicStream:
     def response(self) -> ChatResponse:
         """The whole reply, once the stream has ended.
 
+        A stream is whole once `message_stop` came, every content block having had its
+        `content_block_stop`: a body closed before then (by a proxy, say) may have cut the
+        text or a tool call's input anywhere, and is never read as a reply.
+
         Raises:
-            MalformedReply: the stream never started a message, or a tool input is not JSON.
+            IncompleteReply: the stream ended before message_stop, or with a block still open.
+            MalformedReply: a tool input is not JSON.
+            DuplicateCallId: two tool_use blocks share an id.
+            CappedReply: the reply stopped at the token cap ("max_tokens") inside its tool
+                calls.
         """
         if self._message is None:
-            raise MalformedReply("the stream ended before message_start")
+            raise IncompleteReply("the stream ended before message_start")
+        if not self._ended:
+            got = f"{len(self._blocks)} content blocks"
+            raise IncompleteReply(f"the stream ended before message_stop, after {got}")
+        open_blocks = sorted(set(self._blocks) - self._closed)
+        if open_blocks:
+            raise IncompleteReply(f"the stream ended with content block {open_blocks[0]} open")
         content = []
         for index in sorted(self._blocks):
             block = self._blocks[index]
@@ -375,5 +402,5 @@ class AnthropicStream:
                 except ValueError as exc:
                     raise MalformedReply(f"a streamed tool input is not JSON: {exc}") from exc
             content.append(block)
-        whole = response_from_anthropic(dict(self._message, content=content))
-        return ChatResponse(whole.message, _usage(self._usage), whole.model, self._stop)
+        message = dict(self._message, content=content, usage=self._usage, stop_reason=self._stop)
+        return response_from_anthropic(message)

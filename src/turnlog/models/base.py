@@ -175,6 +175,73 @@ class MalformedReply(ValueError):
     adapters turn it into `ModelError`)."""
 
 
+class IncompleteReply(MalformedReply):
+    """A streamed reply that ended before the provider's end marker (OpenAI's finish_reason,
+    Anthropic's message_stop): a proxy or the server closed the body early, so the text and
+    the tool calls read so far may be cut anywhere (internal, as `MalformedReply`)."""
+
+
+class CappedReply(MalformedReply):
+    """A reply the model stopped at its token cap where a cut is not acceptable: tool calls
+    (the last one's arguments may be cut) or a summary (internal, as `MalformedReply`)."""
+
+    def __init__(self, what: str, reason: str, outcome: str) -> None:
+        self.what = what
+        """What was cut: "its tool calls", "the summary"."""
+        self.reason = reason
+        """The stop reason as the provider named it ("length", "max_tokens")."""
+        self.outcome = outcome
+        """Why the cut reply is not used, and what became of it."""
+        super().__init__(f"{what} cut at the token cap (stop reason {reason!r})")
+
+
+class DuplicateCallId(MalformedReply):
+    """A reply that gives two of its tool calls the same id (internal, as `MalformedReply`)."""
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        """The id used twice."""
+        super().__init__(f"the reply calls the tool call id {call_id!r} twice")
+
+
+CAP_REASONS: Final = frozenset({"length", "max_tokens"})
+"""The stop reasons that mean the model hit the reply's token cap (OpenAI's finish_reason
+"length", Anthropic's stop_reason "max_tokens")."""
+
+
+def whole_reply(response: ChatResponse) -> ChatResponse:
+    """`response`, checked to be a reply a turn can use: its call ids distinct, and no tool
+    call cut at the token cap.
+
+    Raises:
+        DuplicateCallId: two calls share an id.
+        CappedReply: the model stopped at its token cap while it was making tool calls.
+    """
+    seen: set[str] = set()
+    for call in response.message.tool_calls:
+        if call.id in seen:
+            raise DuplicateCallId(call.id)
+        seen.add(call.id)
+    reason = response.stop_reason
+    if response.message.tool_calls and reason is not None and reason in CAP_REASONS:
+        outcome = "the last call's arguments may be cut, so no tool was run"
+        raise CappedReply("its tool calls", reason, outcome)
+    return response
+
+
+def whole_summary(response: ChatResponse) -> ChatResponse:
+    """`response`, a reply asked for its text alone (a summary), checked not to be cut short.
+
+    Raises:
+        CappedReply: the model stopped at its token cap, so the text is cut.
+    """
+    reason = response.stop_reason
+    if reason is not None and reason in CAP_REASONS:
+        outcome = "a summary cut short loses what it leaves out, so it was not kept"
+        raise CappedReply("the summary", reason, outcome)
+    return response
+
+
 def reply_json(reply: object) -> object:
     """A reply object of a provider's SDK (a pydantic model, or a dict) as plain JSON.
 

@@ -15,7 +15,7 @@ import openai
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.models.base import ChatResponse, StreamEvent, client_settings
+from turnlog.models.base import ChatResponse, StreamEvent, client_settings, whole_summary
 from turnlog.models.calls_async import call_model, stream_model
 from turnlog.models.openai_format import (
     OpenAIStream,
@@ -151,7 +151,17 @@ class AsyncOpenAIChatModel:
     async def complete(self, messages: Sequence[Message]) -> Message:
         """The reply's assistant message: `ChatModelSummarizer` calls this.
 
+        A reply the model stopped at its token cap is refused rather than returned cut short
+        (a summary cut mid-sentence loses what it leaves out): the summarizer then declines.
+
         Raises:
-            ModelError: the provider failed the call.
+            ModelError: the provider failed the call, or the reply hit the token cap.
         """
-        return (await self.respond(messages)).message
+        request = self._request(messages, None)
+        response = await call_model(
+            PROVIDER,
+            self.model,
+            lambda: self.client.chat.completions.create(**request),
+            lambda body: whole_summary(response_from_openai(body)),
+        )
+        return response.message

@@ -5,9 +5,10 @@ Pure: no `openai` import, no I/O; shared by `AsyncOpenAIChatModel` and `OpenAICh
 The mapping:
 
 - a system message -> `{"role": "system", "content": text}`; a user message likewise;
-- an assistant message -> `{"role": "assistant", "content": text or None, "tool_calls":
+- an assistant message -> `{"role": "assistant", "content": text or "", "tool_calls":
   [{"id", "type": "function", "function": {"name", "arguments"}}]}`, the arguments string
-  sent exactly as stored;
+  sent exactly as stored (the content is never null: llama-cpp-python's server answers 500
+  to a null content beside tool calls, and every server takes "");
 - a tool message with N results -> N `{"role": "tool", "tool_call_id", "content"}` messages.
   The wire carries no tool name (it is read back from the call with that id) and no error
   flag: a failed result's content is sent prefixed with `ERROR_PREFIX`, so the model sees that
@@ -23,7 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from turnlog.events import Message, ToolCall, ToolResult
-from turnlog.models.base import ChatResponse, MalformedReply, Usage, count, field_of
+from turnlog.models.base import (
+    ChatResponse,
+    IncompleteReply,
+    MalformedReply,
+    Usage,
+    count,
+    field_of,
+    whole_reply,
+)
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
@@ -52,7 +61,8 @@ def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                 content = ERROR_PREFIX + r.content if r.is_error else r.content
                 out.append({"role": "tool", "tool_call_id": r.call_id, "content": content})
         elif m.role == "assistant":
-            wire: dict[str, Any] = {"role": "assistant", "content": m.text}
+            # "" and never null: llama-cpp-python's server fails (500) on a null content
+            wire: dict[str, Any] = {"role": "assistant", "content": m.text or ""}
             if m.tool_calls:
                 wire["tool_calls"] = [
                     {
@@ -62,8 +72,6 @@ def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                     }
                     for c in m.tool_calls
                 ]
-            elif m.text is None:
-                wire["content"] = ""  # the API refuses an assistant message with nothing in it
             out.append(wire)
         else:
             out.append({"role": m.role, "content": m.text or ""})
@@ -88,6 +96,16 @@ def _text(content: object, what: str) -> str | None:
     raise MalformedReply(f"{what} has a content that is neither text nor a list of parts")
 
 
+def _arguments(raw: object, what: str) -> str:
+    """A call's `arguments` as stored: the string exactly as sent, even when it is not JSON
+    (running the call then gives the model an error result to read); "" (a call without
+    arguments, by a server that sends nothing for none) is "{}". Missing arguments, or a value
+    of another kind, make the reply malformed: they never become "{}"."""
+    if isinstance(raw, str):
+        return raw if raw.strip() else "{}"
+    raise MalformedReply(f"a tool call of {what} has no arguments string")
+
+
 def _calls(raw: object, what: str) -> tuple[ToolCall, ...]:
     if raw is None:
         return ()
@@ -96,12 +114,12 @@ def _calls(raw: object, what: str) -> tuple[ToolCall, ...]:
     calls = []
     for item in raw:
         function = field_of(item, "function", dict, f"a tool call of {what}")
-        arguments = function.get("arguments") if isinstance(function, dict) else None
+        assert isinstance(function, dict)
         calls.append(
             ToolCall(
                 str(field_of(item, "id", str, f"a tool call of {what}")),
                 str(field_of(function, "name", str, f"a tool call of {what}")),
-                arguments if isinstance(arguments, str) and arguments else "{}",
+                _arguments(function.get("arguments"), what),
             )
         )
     return tuple(calls)
@@ -160,6 +178,8 @@ def response_from_openai(body: object) -> ChatResponse:
 
     Raises:
         MalformedReply: no choices, or a choice without a message.
+        DuplicateCallId: two tool calls share an id.
+        CappedReply: the reply stopped at the token cap ("length") inside its tool calls.
     """
     choices = field_of(body, "choices", list, "the reply")
     if not choices:
@@ -171,12 +191,13 @@ def response_from_openai(body: object) -> ChatResponse:
     text = _text(message.get("content"), "the reply")
     reason = choice.get("finish_reason")
     model = body.get("model")
-    return ChatResponse(
+    response = ChatResponse(
         message=Message.assistant(None if text == "" and calls else text, calls),
         usage=_usage(body.get("usage")),
         model=model if isinstance(model, str) else "",
         stop_reason=reason if isinstance(reason, str) else None,
     )
+    return whole_reply(response)
 
 
 class OpenAIStream:
@@ -238,20 +259,33 @@ class OpenAIStream:
     def response(self) -> ChatResponse:
         """The whole reply, once the stream has ended.
 
+        A stream is whole once a chunk carried the choice's `finish_reason`, which servers
+        send after the last text and tool-call delta. The `[DONE]` line after it is the
+        client's to read and never reaches here; a stream cut after the finish_reason loses
+        only the usage chunk (the usage is then unknown, as from servers that send none).
+
         Raises:
-            MalformedReply: the stream held no chunk, or a tool call without an id or name.
+            IncompleteReply: the stream ended before any finish_reason (cut short).
+            MalformedReply: a tool call without an id or name.
+            DuplicateCallId: two tool calls share an id.
+            CappedReply: the reply stopped at the token cap ("length") inside its tool calls.
         """
         if not self._chunks:
-            raise MalformedReply("the stream ended before any chunk")
+            raise IncompleteReply("the stream ended before any chunk")
+        if self._stop is None:
+            got = f"{len(self._text)} text and {len(self._calls)} tool-call pieces"
+            raise IncompleteReply(f"the stream ended with no finish_reason, after {got}")
         calls = []
         for _, slot in sorted(self._calls.items()):
             if not slot["id"] or not slot["name"]:
                 raise MalformedReply("a streamed tool call has no id or no name")
-            calls.append(ToolCall(slot["id"], slot["name"], slot["arguments"] or "{}"))
+            calls.append(ToolCall(slot["id"], slot["name"], _arguments(slot["arguments"], "")))
         text = "".join(self._text)
-        return ChatResponse(
-            message=Message.assistant(text if text or not calls else None, calls),
-            usage=self._usage,
-            model=self._model,
-            stop_reason=self._stop,
+        return whole_reply(
+            ChatResponse(
+                message=Message.assistant(text if text or not calls else None, calls),
+                usage=self._usage,
+                model=self._model,
+                stop_reason=self._stop,
+            )
         )
