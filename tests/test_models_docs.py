@@ -58,3 +58,22 @@ def test_the_options_example_and_the_protocols(monkeypatch):
     assert isinstance(AnthropicChatModel("m", api_key="k"), ChatModelAdapter)
     assert isinstance(AsyncOpenAIChatModel("m", api_key="k"), AsyncChatModelAdapter)
     assert isinstance(AsyncAnthropicChatModel("m", api_key="k"), AsyncChatModelAdapter)
+
+
+def test_the_llama_cpp_python_example_sends_tool_choice_auto():
+    from model_servers import openai_completion
+    from turnlog.toolsearch.base import ToolReference
+
+    server = ScriptedServer()
+    server.reply_json(openai_completion("ok"))
+    try:
+        code = block_with("llama-cpp-python's server").replace("http://localhost:8000", server.url)
+        namespace = {"OpenAIChatModel": OpenAIChatModel}
+        exec(code, namespace)
+        with namespace["local"] as local:
+            tool = ToolReference("f", "A tool.", {"type": "object", "properties": {}})
+            local.respond([Message.user("hi")], [tool])
+        body = server.last_body()
+        assert body["tool_choice"] == "auto" and body["tools"][0]["function"]["name"] == "f"
+    finally:
+        server.close()
