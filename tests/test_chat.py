@@ -581,3 +581,32 @@ def test_tool_results_are_sent_whole_under_the_limit_or_without_one(harness):
     assert model.calls[1][-1].tool_results[0].content == "x" * 100_000
     with pytest.raises(InvalidInput, match="max_tool_result_tokens must be"):
         harness.make(model, max_tool_result_tokens=0)
+
+
+@pytest.mark.parametrize("at_most_once", [True, False])
+def test_at_most_once_a_retry_does_not_run_a_claimed_tool_again(harness, at_most_once):
+    from turnlog.chat_async import CLAIM_TYPE
+
+    sent = []
+
+    def pay(amount: int) -> str:
+        """Pay once."""
+        sent.append(amount)
+        if len(sent) == 1:
+            raise Crash()  # the process dies after the payment, before its result is stored
+        return "paid"
+
+    model = harness.model([calls(("pay", {"amount": 5}, "c1")), "done"])
+    chat = harness.make(model, tools=[pay], at_most_once=at_most_once)
+    with pytest.raises(Crash):
+        chat.send("s", "pay 5", request_id="r1")
+    turn = chat.send("s", "pay 5", request_id="r1")
+    assert turn.text == "done"
+    result = turn.tool_runs[0].result
+    claims = [e for e in harness.service.events("s") if e.type == CLAIM_TYPE]
+    if at_most_once:
+        assert sent == [5] and result.is_error and "outcome unknown" in result.content
+        assert len(claims) == 1
+    else:
+        assert sent == [5, 5] and result.content == "paid" and claims == []
+    assert violations(model.calls[-1]) == []

@@ -23,8 +23,8 @@ from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionT
 from turnlog.compaction._checks import check_function
 from turnlog.compaction.reported import usage_metadata
 from turnlog.durations import Duration, to_timedelta
-from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
-from turnlog.events import Message, Session, SessionEvent, ToolCall, ToolResult, check_id
+from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded, VersionConflict
+from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult, check_id
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatModelAdapter,
@@ -44,7 +44,7 @@ from turnlog.toolsearch.base import ToolReference
 from turnlog.toolsearch.search import SEARCH_TOOL_NAME, ToolSearch
 from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
 
-__all__ = ["NO_REPLY", "SessionChat"]
+__all__ = ["CLAIM_TYPE", "NO_REPLY", "SessionChat"]
 
 logger: Final = logging.getLogger("turnlog.chat")
 
@@ -76,6 +76,11 @@ class SessionChat:
         max_tool_result_tokens: a tool result over about this many tokens (utf-8 bytes / 4) is
             stored whole but sent, on every request, as its start and a note of its size
             (20,000 by default; None sends every result whole).
+        at_most_once: before a round of tool calls runs, append a claim event for it (type
+            `CLAIM_TYPE`, version-checked); a retry, or a second caller with the same request
+            id, that finds the claim without the round's results does not run the tools again
+            but answers each call with an error result saying its outcome is unknown. For
+            tools with side effects; without it tools run at least once.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
@@ -99,6 +104,7 @@ class SessionChat:
         cache_breakpoint: bool = True,
         tool_timeout: float | None = None,
         max_tool_result_tokens: int | None = DEFAULT_MAX_TOOL_RESULT_TOKENS,
+        at_most_once: bool = False,
     ) -> None:
         if not isinstance(service, SessionService):
             raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
@@ -155,6 +161,7 @@ class SessionChat:
         self.cache_breakpoint = bool(cache_breakpoint)
         self.tool_timeout = tool_timeout
         self.max_tool_result_tokens = max_tool_result_tokens
+        self.at_most_once = bool(at_most_once)
         self._references = [t.reference for t in self.tools.values()]
 
     # -- the public calls -------------------------------------------------------------------
@@ -240,6 +247,8 @@ class SessionChat:
                 over = step >= self.max_tool_rounds
                 if over:
                     results = [ToolRun(c, _not_run(c, self.max_tool_rounds)) for c in calls]
+                elif self.at_most_once and not self._claim(session_id, ids, step):
+                    results = [ToolRun(c, _unknown_outcome(c)) for c in calls]
                 else:
                     results = self._run_calls(session_id, calls)
                 for run in results:
@@ -369,6 +378,26 @@ class SessionChat:
                 )
         return repair_messages(messages)
 
+    def _claim(self, session_id: str, ids: TurnIds, step: int) -> bool:
+        """Append the claim of tool round `step`; False when it was claimed before.
+
+        Raises:
+            VersionConflict: other writers kept appending (three tries).
+        """
+        claim = SessionEvent(
+            id=ids.claim(step), session_id=session_id, type=CLAIM_TYPE, payload={"step": step}
+        )
+        for attempt in range(3):
+            version = self.service.version(session_id)
+            try:
+                after = self.service.append_events(session_id, [claim], version)
+            except VersionConflict:
+                if attempt == 2:
+                    raise
+                continue
+            return after > version  # an id stored before is skipped: the version stays
+        raise AssertionError("unreachable")
+
     def _shown(self, event: SessionEvent) -> Message:
         """The event's message as sent: tool results over `max_tool_result_tokens` previewed."""
         message = event.message
@@ -477,6 +506,21 @@ def _interrupted(call: ToolCall) -> ToolResult:
         call.id,
         call.name,
         "not run: the turn that made this call was interrupted before the tool's result was stored",
+        is_error=True,
+    )
+
+
+CLAIM_TYPE: Final = EventType.of("TURNLOG.TOOL_CLAIM")
+"""The type of the claim `at_most_once` appends before a round of tool calls runs (not part of
+the view)."""
+
+
+def _unknown_outcome(call: ToolCall) -> ToolResult:
+    return ToolResult(
+        call.id,
+        call.name,
+        "outcome unknown: an earlier attempt of this turn started this call (at_most_once) and "
+        "stored no result; it was not run again, so check whether its effect happened",
         is_error=True,
     )
 

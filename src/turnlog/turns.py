@@ -86,9 +86,9 @@ class TurnIds:
     digits of a hash), so a `send` retried with the same request id writes the same ids, and the
     store's rule that a stored id is not appended twice makes the retry a no-op; without one,
     the prefix is random. Suffixes: `-x` the results closing calls an earlier, interrupted turn
-    left open, `-n` the note closing an earlier turn left without a reply, `-s` the
-    system prompt, `-u` the user message, `-a{n}` the
-    assistant message of model call n (from 0), `-t{n}` the tool results answering it.
+    left open, `-n` the note closing an earlier turn left without a reply, `-s` the system
+    prompt, `-u` the user message, `-a{n}` the assistant message of model call n (from 0),
+    `-t{n}` the tool results answering it, `-c{n}` the claim before they run (`at_most_once`).
     """
 
     __slots__ = ("prefix",)
@@ -126,6 +126,10 @@ class TurnIds:
     def assistant(self, call: int) -> str:
         """The event id of the assistant message of model call `call`."""
         return f"{self.prefix}-a{call}"
+
+    def claim(self, call: int) -> str:
+        """The id of the claim appended before the tools of model call `call` run."""
+        return f"{self.prefix}-c{call}"
 
     def tools(self, call: int) -> str:
         """The event id of the tool message answering model call `call`."""
