@@ -133,3 +133,26 @@ def test_a_failing_provider_writes_nothing(server, provider, tmp_path):
             service.compact(sid, lambda r: True, strategy)
         assert service.events(sid) == before
     assert (caught.value.provider, caught.value.status) == (provider, 500)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_summary_cut_at_the_token_cap_writes_nothing(server, provider, tmp_path):
+    """The model stops at the reply's cap mid-sentence: the summary is refused, not stored."""
+    blocking, _, path, reply, _ = PROVIDERS[provider]
+    cut = {"finish_reason": "length"} if provider == "openai" else {"stop_reason": "max_tokens"}
+    server.reply_json(reply("Assistant: Light clothes and", **cut))
+    failures = []
+    with (
+        blocking("m", base_url=server.url + path, api_key="k", max_retries=0) as model,
+        SessionService(SqliteStore(tmp_path / "s.db")) as service,
+    ):
+        sid = service.create().id
+        for m in conversation():
+            service.append_message(sid, m)
+        before = service.events(sid)
+        summarizer = ChatModelSummarizer(model, on_failure=failures.append)
+        strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1), summarizer=summarizer)
+        with pytest.raises(ModelError, match="cut the summary short"):
+            service.compact(sid, lambda r: True, strategy)
+        assert service.events(sid) == before
+    assert len(failures) == 1
