@@ -175,6 +175,39 @@ def test_one_call_id_twice_is_a_model_error_naming_it(server, kind, provider, st
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_turn_whose_reply_calls_one_id_twice_runs_nothing(server, tmp_path, kind, provider):
+    """The runner gets the adapter's ModelError naming the id, not an InvalidInput about an
+    internal event id, and no tool runs."""
+    h = Harness(kind, tmp_path)
+    settings = {"api_key": "k", "max_retries": 0, "timeout": 5.0}
+    if provider == "openai":
+        cls = OpenAIChatModel if kind == "sync" else AsyncOpenAIChatModel
+        model = cls("gpt-test", base_url=server.url + "/v1", **settings)
+        calls = [("dup", "wipe", '{"target": "a"}'), ("dup", "wipe", '{"target": "b"}')]
+        server.reply_json(openai_completion(None, calls))
+    else:
+        cls = AnthropicChatModel if kind == "sync" else AsyncAnthropicChatModel
+        model = cls("claude-test", base_url=server.url, **settings)
+        calls = [("dup", "wipe", {"target": "a"}), ("dup", "wipe", {"target": "b"})]
+        server.reply_json(anthropic_message(None, calls))
+    ran = []
+    try:
+        chat = h.make(model, tools=[wipe_tool(ran)])
+        with pytest.raises(ModelError, match="same id 'dup'"):
+            chat.send("s", "wipe a and b")
+        assert ran == []
+        stored = [e.message for e in h.service.events("s") if e.message]
+        assert not any(m.tool_calls or m.tool_results for m in stored)
+    finally:
+        if kind == "sync":
+            model.close()
+        else:
+            h.loop.run(model.close())
+        h.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_tool_call_cut_at_the_token_cap_is_a_model_error(server, kind, provider):
     model = twin(kind, provider, server)
     if provider == "openai":
