@@ -25,6 +25,7 @@ from model_servers import (
     openai_error,
 )
 from turnlog import EventType, SessionService, SqliteStore
+from turnlog.chat import NO_REPLY
 from turnlog.cli import _parser, main
 from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings
 from turnlog.cli_render import view_tokens
@@ -321,6 +322,7 @@ def test_a_provider_error_is_one_line_and_the_chat_goes_on(
     log, _ = log_of(db, "s1")
     assert [(e.role, e.message.text) for e in log] == [
         ("user", "q1"),
+        ("assistant", NO_REPLY),  # the failed turn, closed before q2: no two users in a row
         ("user", "q2"),
         ("assistant", "Back again."),
     ]

@@ -356,9 +356,11 @@ def _model(
 
 def _failure_text(exc: ModelError | ToolRoundsExceeded) -> str:
     text = str(exc).replace("(api_key=, or ", "(TURNLOG_API_KEY or ")
-    told = "; nothing was appended to the log"
-    if text.endswith(told):
-        text = text[: -len(told)] + "; no reply was stored (your message stays in the log)"
+    # the adapter's tail, or the runner's (which names request ids, meaningless here)
+    for told in ("; nothing was appended to the log", "; this turn's user message stays stored"):
+        head, found, _ = text.partition(told)
+        if found:
+            return head + "; no reply was stored (your message stays in the log)"
     return text
 
 
