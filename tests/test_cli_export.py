@@ -100,6 +100,93 @@ def test_a_truncated_or_damaged_jsonl_file_writes_nothing(demo_db, tmp_path, cap
         assert not other.exists()  # a bad file does not even create the database
 
 
+def _edit_boundary(lines, change):
+    """`lines` of a JSONL log with the first boundary's payload changed by `change`."""
+    out = []
+    for raw in lines:
+        item = json.loads(raw)
+        if item.get("type") == "COMPACTION" and change is not None:
+            change(item["body"]["payload"], [json.loads(x)["id"] for x in lines[1:]])
+            change = None
+            raw = json.dumps(item).encode() + b"\n"
+        out.append(raw)
+    return b"".join(out)
+
+
+def _twice(payload, ids):
+    payload["preserved_event_ids"].append(payload["preserved_event_ids"][0])
+
+
+def _ahead(payload, ids):
+    named = {i for key in ("pinned", "summary", "preserved") for i in payload[f"{key}_event_ids"]}
+    payload["preserved_event_ids"].append(next(i for i in reversed(ids) if i not in named))
+
+
+@pytest.mark.parametrize(("change", "words"), [(_twice, "more than once"), (_ahead, "after it")])
+def test_an_imported_boundary_naming_an_event_twice_or_ahead_is_refused(
+    change, words, demo_db, tmp_path, capsys
+):
+    out = tmp_path / "s.jsonl"
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "--log", "-o", out)[0] == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(_edit_boundary(out.read_bytes().splitlines(keepends=True), change))
+    fresh = tmp_path / "fresh.db"
+    code, _, err = run(capsys, "--db", fresh, "import", bad)
+    assert code == 2, err
+    assert words in err and str(bad) in err and len(err.splitlines()) == 1
+    assert not fresh.exists()  # the failed import leaves no database file behind
+    kept = tmp_path / "kept.db"
+    with SessionService(SqliteStore(kept)) as svc:
+        svc.create("other")
+    assert run(capsys, "--db", kept, "import", bad)[0] == 2
+    with SessionService(SqliteStore(kept)) as svc:  # nothing written, the store still reads
+        assert [s.id for s in svc.sessions()] == ["other"]
+    assert run(capsys, "--db", kept, "sessions")[0] == 0
+
+
+def test_a_boundary_at_a_batch_border_imports_with_its_summaries(
+    demo_db, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "s.jsonl"
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "--log", "-o", out)[0] == 0
+    items = [json.loads(x) for x in out.read_bytes().splitlines()[1:]]
+    at = next(i for i, x in enumerate(items) if x["type"] == "COMPACTION")
+    monkeypatch.setattr("turnlog.cli_export.IMPORT_BATCH", at + 1)  # the boundary ends a batch
+    other = tmp_path / "other.db"
+    code, _, err = run(capsys, "--db", other, "import", out)
+    assert code == 0, err
+    assert stored(other, "demo-summary")[1:] == stored(demo_db, "demo-summary")[1:]
+
+
+def test_a_jsonl_payload_nested_too_deeply_is_a_clear_error(tmp_path, capsys):
+    header = {"turnlog": "session", "format": 1, "scope": "log", "id": "s1",
+              "created_at_us": 1_700_000_000_000_000, "expires_at_us": None, "metadata": {},
+              "events": 1}  # fmt: skip
+    deep = "[" * 100_000 + "]" * 100_000
+    line = (
+        '{"seq": 1, "id": "e1", "type": "ACME.X", "at_us": 1700000000000000, '
+        f'"synthetic": false, "body": {{"v": 1, "payload": {deep}}}}}'
+    )
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(header) + "\n" + line + "\n")
+    db = tmp_path / "deep.db"
+    code, _, err = run(capsys, "--db", db, "import", path)
+    assert code == 2, err
+    assert "line 2: JSON nested too deeply" in err and len(err.splitlines()) == 1
+    assert not db.exists()
+
+
+def test_a_turnlog_jsonl_file_with_a_bom_imports(demo_db, tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "--log", "-o", out)[0] == 0
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
+    other = tmp_path / "other.db"
+    code, _, err = run(capsys, "--db", other, "import", bom)
+    assert code == 0, err
+    assert stored(other, "demo-summary") == stored(demo_db, "demo-summary")
+
+
 def test_jsonl_view_export_holds_the_view(demo_db, tmp_path, capsys):
     code, out, err = run(capsys, "--db", demo_db, "export", "demo-summary")
     assert code == 0, err

@@ -529,6 +529,15 @@ def _utf8(value: str, what: str) -> str:
     return value
 
 
+def _remove_database(path: Path | None) -> None:
+    """Delete a SQLite file the failed command created, and its journal files."""
+    if path is None:
+        return
+    for name in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(OSError):
+            name.unlink()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `turnlog` command with `argv` (default: `sys.argv[1:]`); returns the exit code."""
     for stream in (sys.stdout, sys.stderr):
@@ -567,9 +576,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             and not path.exists()
         ):
             return _fail(f"no turnlog database at {where}: run `turnlog demo` or pass --db PATH", 1)
-        with SessionService(args.target.open()) as svc:
-            code: int = args.handler(svc, args)
-            return code
+        fresh = args.command == "import" and path is not None and not path.exists()
+        try:
+            with SessionService(args.target.open()) as svc:
+                code: int = args.handler(svc, args)
+                return code
+        except BaseException:
+            if fresh:  # a failed import leaves no empty database behind
+                _remove_database(path)
+            raise
     except SessionNotFound as exc:
         return _fail(
             f"session {exc.session_id!r} does not exist in {where} (see `turnlog sessions`)", 1

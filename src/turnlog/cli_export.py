@@ -21,7 +21,7 @@ from typing import IO, Final
 
 from turnlog.cli_render import statuses, visible
 from turnlog.compaction import CompactionBoundary, sent_events
-from turnlog.errors import InvalidInput, SessionAlreadyExists
+from turnlog.errors import InvalidInput, SessionAlreadyExists, TurnlogError
 from turnlog.events import EventType, Message, SessionEvent
 from turnlog.jsonl import SessionDump, dump_lines
 from turnlog.models.anthropic_format import to_anthropic_messages
@@ -268,13 +268,12 @@ def import_dump(svc: SessionService, dump: SessionDump, source: str) -> int:
     try:
         version = 0
         with Progress("importing events", len(events)) as progress:
-            for at in range(0, len(events), IMPORT_BATCH):
-                batch = events[at : at + IMPORT_BATCH]
+            for batch in _batches(events):
                 try:
                     version = svc.append_events(sid, batch, version, check_rules=False)
                 except InvalidInput as exc:
                     if "belongs to another session" not in str(exc):
-                        raise
+                        raise InvalidInput(f"{source}: {exc}") from None
                     raise InvalidInput(
                         f"{source}: {exc}. An import keeps the exported event ids: import into "
                         "another store, or delete the exported session first"
@@ -291,6 +290,26 @@ def import_dump(svc: SessionService, dump: SessionDump, source: str) -> int:
         raise
     print(f"imported {len(events)} events into session {visible(sid)} (turnlog {dump.scope})")
     return 0
+
+
+def _batches(events: Sequence[SessionEvent]) -> Iterator[list[SessionEvent]]:
+    """`events` in batches of about `IMPORT_BATCH`, never cutting a boundary from the summary
+    events and stand-ins appended after it (a store checks a boundary with its batch)."""
+    at = 0
+    while at < len(events):
+        end = min(at + IMPORT_BATCH, len(events))
+        owed = {i for e in events[at:end] if e.type == EventType.COMPACTION for i in _appended(e)}
+        while end < len(events) and events[end].id in owed:
+            end += 1
+        yield list(events[at:end])
+        at = end
+
+
+def _appended(e: SessionEvent) -> frozenset[str]:
+    try:
+        return CompactionBoundary.from_event(e).appended_event_ids
+    except TurnlogError:  # a damaged boundary: the store refuses it with its batch
+        return frozenset()
 
 
 def _unstored(e: SessionEvent) -> SessionEvent:

@@ -103,7 +103,7 @@ def read_dump(name: str, lines: Iterable[bytes], *, session_id: str | None = Non
     header = None
     for n, raw in it:
         if raw.strip():
-            header = _line(name, n, raw)
+            header = _line(name, n, raw.removeprefix(b"\xef\xbb\xbf") if n == 1 else raw)
             break
     if not is_header(header):
         raise InvalidInput(f"{name}: line 1 is not a turnlog JSONL header")
@@ -157,6 +157,8 @@ def read_dump(name: str, lines: Iterable[bytes], *, session_id: str | None = Non
                 synthetic=event.synthetic,
                 timestamp=event.timestamp,
             )
+        except RecursionError:
+            raise InvalidInput(f"{name}, line {n}: JSON nested too deeply") from None
         except (KeyError, TypeError, ValueError, CorruptData) as exc:
             why = str(exc).split(". The row is damaged")[0]
             raise InvalidInput(f"{name}, line {n}: a bad event ({why})") from None
@@ -174,3 +176,5 @@ def _line(name: str, n: int, raw: bytes) -> Any:
         return _decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"{name}, line {n}: not JSON ({exc})") from None
+    except RecursionError:  # e.g. a payload nested 100,000 deep
+        raise InvalidInput(f"{name}, line {n}: JSON nested too deeply") from None

@@ -357,8 +357,10 @@ def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]],
             boundary = CompactionBoundary.from_event(event)
         except Exception as exc:
             raise InvalidInput(f"compaction event {event.id!r} is malformed: {exc}") from exc
+        _check_order(event.id, boundary, batch[at + 1 :])
         earlier = {e.id for e in batch[:at] if e.message is not None}
-        later = {e.id for e in batch[at + 1 :] if e.message is not None}
+        placed = boundary.appended_event_ids
+        later = {e.id for e in batch[at + 1 :] if e.message is not None and e.id in placed}
         names = [i for i in boundary.view_event_ids if i not in earlier]
         originals = [i for i in boundary.replaced.values() if i not in earlier]
         missing = set(names) - later - known(names)
@@ -368,6 +370,32 @@ def check_boundaries(batch: Sequence[SessionEvent], known: Callable[[list[str]],
                 f"compaction event {event.id!r} names events that are not message events of "
                 f"this session: {', '.join(sorted(missing)[:5])}"
             )
+
+
+def _check_order(
+    boundary_id: str, boundary: CompactionBoundary, after: Sequence[SessionEvent]
+) -> None:
+    """Refuse a boundary that names an event twice, or names an event that comes after it
+    (other than its own summary events and stand-ins): its view could not be built."""
+    names = boundary.view_event_ids
+    twice = sorted({i for i in names if names.count(i) > 1})
+    if twice:
+        raise InvalidInput(
+            f"compaction event {boundary_id!r} names events more than once: "
+            f"{', '.join(twice[:5])}; a view holds each event once"
+        )
+    later = {e.id for e in after} | {boundary_id}
+    placed = boundary.appended_event_ids
+    early = sorted(
+        {i for i in names if i in later and i not in placed}
+        | {i for i in boundary.replaced.values() if i in later}
+    )
+    if early:
+        raise InvalidInput(
+            f"compaction event {boundary_id!r} names events that come after it: "
+            f"{', '.join(early[:5])}; a boundary names earlier events, and only its own "
+            "summary events and stand-ins after it"
+        )
 
 
 TailRows = Iterator[tuple[str, Sequence[str]]]

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
+from turnlog.compaction import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import (
     MAX_TIMESTAMP,
@@ -295,6 +296,37 @@ class ValidationContract(ContractBase):
         [read] = store.events("e")
         assert (read.payload, read.metadata) == ({"\x00": "\x00"}, {"k": "\x00"})
 
+    # -- boundaries ---------------------------------------------------------------------------
+
+    def test_a_boundary_naming_an_event_twice_is_refused_and_nothing_written(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        t1, t2 = turn(sid, 1), turn(sid, 2)
+        store.append_events(sid, t1, 0)
+        twice = CompactionBoundary("b", (t1[0].id,), (), (t1[0].id, t1[1].id), 0, 0, "t")
+        for batch, version in (([twice.to_event(sid)], 2), ([*t2, twice.to_event(sid)], 2)):
+            with pytest.raises(InvalidInput, match="more than once"):
+                store.append_events(sid, batch, version, check_rules=False)
+            assert [e.id for e in store.events(sid)] == [e.id for e in t1]
+        assert [e.id for e in store.view(sid)] == [e.id for e in t1]
+
+    def test_a_boundary_naming_an_event_after_it_is_refused_and_nothing_written(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        t1, t2 = turn(sid, 1), turn(sid, 2)
+        store.append_events(sid, t1, 0)
+        ahead = CompactionBoundary("b", (), (), (t1[1].id, t2[0].id, t2[1].id), 1, 0, "t")
+        own = CompactionBoundary("b", (), (), ("b",), 0, 0, "t")
+        for bad in (ahead, own):
+            with pytest.raises(InvalidInput, match="after it"):
+                store.append_events(sid, [bad.to_event(sid), *t2], 2, check_rules=False)
+            assert [e.id for e in store.events(sid)] == [e.id for e in t1]
+        # its own summary events do come after it
+        summary = SessionEvent.for_message(sid, Message.user("summary"), synthetic=True)
+        good = CompactionBoundary("b", (), (summary.id,), (t1[1].id,), 1, 0, "t")
+        store.append_events(sid, [good.to_event(sid), summary], 2, check_rules=False)
+        assert [e.id for e in store.view(sid)] == [summary.id, t1[1].id]
+
     # -- the property -------------------------------------------------------------------------
 
     def test_what_is_accepted_reads_back_equal_and_what_is_refused_is_not_written(
@@ -341,7 +373,7 @@ _OFFSET = st.builds(
 _MOMENT: st.SearchStrategy[datetime] = st.datetimes(
     min_value=datetime.min,
     max_value=datetime.max,
-    timezones=_OFFSET | st.none(),  # type: ignore[arg-type]  # naive ones are refused
+    timezones=_OFFSET | st.none(),  # naive ones are refused
 )
 _NEAR = st.datetimes(
     min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=_OFFSET
