@@ -492,3 +492,28 @@ def test_serve_takes_its_token_from_the_environment_or_generates_one(db: Path) -
     finally:
         err = _stop(proc)
     assert "warning: --token shows in `ps`" in err and flag not in err
+
+
+def test_bidi_controls_show_as_marks_not_raw(tmp_path: Path) -> None:
+    from turnlog.viewer.app import BIDI_CONTROLS
+
+    sid = "bidi\u202euser"
+    svc = SessionService(SqliteStore(tmp_path / "bidi.db"))
+    svc.create(sid, metadata={"note\u2066": "x\u200fy"})
+    svc.append_message(sid, Message.user("pay \u202e$1000\u202c now \u061c\u2067\u2069"))
+    call = ToolCall(id="c1", name="t\u202d", arguments='{"a": "\u200e"}')
+    svc.append_message(sid, Message.assistant(tool_calls=[call]))
+    svc.append_message(sid, Message.tool(ToolResult(call_id="c1", name="t", content="\u202b!")))
+    with TestClient(create_app(svc), base_url=LOCAL) as c:
+        from urllib.parse import quote
+
+        q = quote(sid, safe="")
+        for url in ("/", f"/sessions/{q}", f"/sessions/{q}/view", f"/sessions/{q}/diff?a=0&b=3"):
+            html = c.get(url).text
+            assert not set(html) & set(BIDI_CONTROLS), url
+            assert "bidi[U+202E]user" in html, url
+        html = c.get(f"/sessions/{q}").text
+        assert "pay [U+202E]$1000[U+202C] now [U+061C][U+2067][U+2069]" in html
+        assert "t[U+202D]" in html and "[U+202B]!" in html and "[U+200E]" in html
+        assert c.get(f"/api/sessions/{q}/log").json()["events"][0]["text"].startswith("pay \u202e")
+    svc.close()

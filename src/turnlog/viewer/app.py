@@ -22,6 +22,7 @@ from urllib.parse import unquote_plus
 
 try:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
+    from markupsafe import Markup
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
@@ -38,7 +39,14 @@ from turnlog.stores.opening import open_store
 from turnlog.tokens import default_counter
 from turnlog.viewer import data
 
-__all__ = ["CSP", "MIN_TOKEN_LENGTH", "SECURITY_HEADERS", "TOKEN_COOKIE", "create_app"]
+__all__ = [
+    "BIDI_CONTROLS",
+    "CSP",
+    "MIN_TOKEN_LENGTH",
+    "SECURITY_HEADERS",
+    "TOKEN_COOKIE",
+    "create_app",
+]
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -88,6 +96,22 @@ def _limit(request: Request, default: int) -> int:
     value = _int(request, "limit", default, low=1)
     assert value is not None
     return min(value, data.MAX_PAGE)
+
+
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+"""The characters that reorder text around them; pages show each as `[U+XXXX]`."""
+
+_VISIBLE = str.maketrans({c: f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS})
+
+
+def _visible(value: Any) -> Any:
+    """Every printed value with its bidi controls made visible (Jinja's `finalize`), so that a
+    stored U+202E cannot turn the text around it, or a page's layout, around."""
+    if isinstance(value, Markup):
+        return Markup(str(value).translate(_VISIBLE))  # the marks hold no HTML character
+    if isinstance(value, str):
+        return value.translate(_VISIBLE)
+    return value
 
 
 def _pretty(value: Any) -> str:
@@ -141,6 +165,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_visible,
     )
     env.filters["pretty"] = _pretty
     env.filters["folded"] = data.folded
