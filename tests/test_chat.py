@@ -610,3 +610,43 @@ def test_at_most_once_a_retry_does_not_run_a_claimed_tool_again(harness, at_most
     else:
         assert sent == [5, 5] and result.content == "paid" and claims == []
     assert violations(model.calls[-1]) == []
+
+
+def test_at_most_once_two_callers_with_one_request_id_run_the_tool_once(tmp_path):
+    import threading
+
+    harness = Harness("sync", tmp_path)
+    ran = []
+    both = threading.Barrier(2, timeout=5)
+
+    def pay(amount: int) -> str:
+        """Pay once."""
+        ran.append(amount)
+        return "paid"
+
+    def reply(messages):
+        both.wait()  # both callers hold the same view when the model answers
+        if messages[-1].role == "tool":
+            return Message.assistant("done")
+        return calls(("pay", {"amount": 5}, "c1"))
+
+    try:
+        model = harness.model([reply] * 4)
+        chat = harness.make(model, tools=[pay], at_most_once=True)
+        turns, errors = [], []
+
+        def send():
+            try:
+                turns.append(chat.send("s", "pay 5", request_id="r1"))
+            except Exception as exc:  # a typed error is allowed, a second payment is not
+                errors.append(exc)
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert ran == [5]
+        assert turns and all(isinstance(e, InvalidInput | ModelError) for e in errors)
+    finally:
+        harness.close()

@@ -22,7 +22,16 @@ from turnlog.compaction._checks import check_function
 from turnlog.compaction.reported import usage_metadata
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded, VersionConflict
-from turnlog.events import EventType, Message, Session, SessionEvent, ToolCall, ToolResult, check_id
+from turnlog.events import (
+    EventType,
+    Message,
+    Session,
+    SessionEvent,
+    ToolCall,
+    ToolResult,
+    check_id,
+    new_id,
+)
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     AsyncChatModelAdapter,
@@ -30,6 +39,7 @@ from turnlog.models.base import (
 )
 from turnlog.rules import repair_messages
 from turnlog.service_async import AsyncSessionService
+from turnlog.stores.base import EventFilter
 from turnlog.tools import (
     DEFAULT_MAX_TOOL_RESULT_TOKENS,
     Tool,
@@ -399,19 +409,28 @@ class AsyncSessionChat:
         Raises:
             VersionConflict: other writers kept appending (three tries).
         """
+        token = new_id()  # whose claim it is: an id stored before is skipped, not refused
         claim = SessionEvent(
-            id=ids.claim(step), session_id=session_id, type=CLAIM_TYPE, payload={"step": step}
+            id=ids.claim(step),
+            session_id=session_id,
+            type=CLAIM_TYPE,
+            payload={"step": step, "claimant": token},
         )
         for attempt in range(3):
             version = await self.service.version(session_id)
             try:
-                after = await self.service.append_events(session_id, [claim], version)
+                await self.service.append_events(session_id, [claim], version)
+                break
             except VersionConflict:
                 if attempt == 2:
                     raise
-                continue
-            return after > version  # an id stored before is skipped: the version stays
-        raise AssertionError("unreachable")
+        claims = await self.service.events(session_id, EventFilter(event_types=[CLAIM_TYPE]))
+        mine = [e for e in claims if e.id == claim.id]
+        return (
+            bool(mine)
+            and isinstance(mine[0].payload, dict)
+            and (mine[0].payload.get("claimant") == token)
+        )
 
     def _shown(self, event: SessionEvent) -> Message:
         """The event's message as sent: tool results over `max_tool_result_tokens` previewed."""
