@@ -27,7 +27,7 @@ from model_servers import (
 from turnlog import EventType, SessionService, SqliteStore
 from turnlog.chat import NO_REPLY
 from turnlog.cli import _parser, main
-from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings
+from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings, provider_api
 from turnlog.cli_render import view_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_a_piped_conversation_is_streamed_and_stored(
     tmp_path, server, provider, capsys, monkeypatch
 ):
     db = tmp_path / "c.db"
-    monkeypatch.setenv(PROVIDERS[provider][4], "sk-from-env")
+    monkeypatch.setenv("TURNLOG_API_KEY", "sk-from-env")
     stream(server, provider, ["Hel", "lo, ", "Ada."])
     stream(server, provider, ["Paris ", "is in France."])
     stream(server, provider, ["You asked ", "about Paris."])
@@ -353,11 +353,12 @@ def test_there_is_no_api_key_option(tmp_path, capsys):
     ("env", "expected"),
     [
         ({}, PLACEHOLDER_KEY),  # a --base-url server that may need no key
-        ({"KEY": "sk-provider"}, "sk-provider"),
+        ({"KEY": "sk-provider"}, PLACEHOLDER_KEY),  # the provider's key stays home
         ({"KEY": "sk-provider", "TURNLOG_API_KEY": "sk-turnlog"}, "sk-turnlog"),
+        ({"TURNLOG_API_KEY": "sk-turnlog"}, "sk-turnlog"),
     ],
 )
-def test_the_key_comes_from_the_environment(
+def test_a_base_url_server_gets_only_turnlog_api_key(
     tmp_path, server, provider, env, expected, capsys, monkeypatch
 ):
     for name, value in env.items():
@@ -369,6 +370,70 @@ def test_the_key_comes_from_the_environment(
     )  # fmt: skip
     assert (code, out, err) == (0, "ok\n", "")
     assert sent_key(provider, server.requests[-1]) == expected
+    assert "sk-provider" not in repr(server.requests[-1].headers)
+
+
+def test_a_base_url_from_the_environment_gets_no_provider_key(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    monkeypatch.setenv(PROVIDERS[provider][4], "sk-provider")
+    base_variable = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}[provider]
+    monkeypatch.setenv(base_variable, server.url + PROVIDERS[provider][0])
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    stream(server, provider, ["ok"])
+    argv = ["--db", str(tmp_path / "c.db"), "chat", "s", "--model", "m", "--provider", provider]
+    code = main([*argv, "--message", "hi", "--retries", "0"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "ok\n", "")
+    assert sent_key(provider, server.requests[-1]) == PLACEHOLDER_KEY
+    assert "sk-provider" not in repr(server.requests[-1].headers)
+
+
+@pytest.mark.parametrize(
+    ("url", "own"),
+    [
+        ("https://HOST/v1", True),
+        ("https://HOST", True),
+        ("https://HOST:443/v1", True),
+        ("http://HOST/v1", False),  # in clear
+        ("https://HOST.evil.example/v1", False),
+        ("https://evil.example/HOST/v1", False),
+        ("https://HOST@evil.example/v1", False),
+        ("https://evil.example/v1?HOST", False),
+        ("https://[::1/v1", False),  # not a URL
+    ],
+)
+def test_the_provider_key_goes_only_to_the_provider_host(provider, url, own, monkeypatch):
+    host = {"openai": "api.openai.com", "anthropic": "api.anthropic.com"}[provider]
+    url = url.replace("HOST", host)
+    assert provider_api(provider, url) is own
+    monkeypatch.setenv(PROVIDERS[provider][4], "sk-provider")
+    args = _parser().parse_args(["chat", "s", "--model", "m", "--provider", provider])
+    args.base_url = url
+    assert chat_settings(args).api_key == ("sk-provider" if own else PLACEHOLDER_KEY)
+
+
+def test_the_provider_host_without_a_key_is_refused(provider, capsys, tmp_path):
+    host = {"openai": "api.openai.com", "anthropic": "api.anthropic.com"}[provider]
+    db = tmp_path / "c.db"
+    argv = ["--db", str(db), "chat", "s", "--model", "m", "--provider", provider]
+    code = main([*argv, "--base-url", f"https://{host}/v1"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert_one_error_line(err, f"no API key: set {PROVIDERS[provider][4]}")
+    assert not db.exists()
+
+
+def test_a_refused_key_says_which_variable_the_server_gets(tmp_path, server, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider")
+    server.reply_json(openai_error(401, "bad key"), status=401)
+    code, _, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, "openai",
+        "s", "--model", "m", "--message", "hi",
+    )  # fmt: skip
+    assert code == 1
+    assert_one_error_line(err, "HTTP 401")
+    assert "set TURNLOG_API_KEY" in err and "only to api.openai.com" in err
 
 
 def test_no_key_and_no_base_url_is_refused_before_anything_opens(tmp_path, provider, capsys):

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 from turnlog.chat import SessionChat
 from turnlog.cli_render import unit, view_tokens, visible, width
@@ -49,6 +50,7 @@ __all__ = [
     "chat_settings",
     "cmd_chat",
     "error_line",
+    "provider_api",
 ]
 
 CHAT_SUMMARY: Final = "chat with a model in a session: the reply streamed, compactions shown"
@@ -62,8 +64,10 @@ CHAT_DETAILS: Final = (
     "Each line of stdin is one user message (a terminal gets a `> ` prompt); end with EOF "
     "(Ctrl-D). --message sends one message and exits. The session is created when it does not "
     "exist (and a SQLite file too). The API key is read from the environment only: "
-    "$TURNLOG_API_KEY if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY; a server given by "
-    "--base-url that needs no key (Ollama, llama.cpp) gets a placeholder. Compaction after "
+    "$TURNLOG_API_KEY if set, else $OPENAI_API_KEY or $ANTHROPIC_API_KEY, which are sent only "
+    "to the provider's own API: a server given by --base-url (or $OPENAI_BASE_URL, "
+    "$ANTHROPIC_BASE_URL) gets $TURNLOG_API_KEY, or a placeholder when it is unset (Ollama and "
+    "llama.cpp need no key). Compaction after "
     "each turn: a window (--last-turns, --last-events, --token-budget) compacts whenever the "
     "view outgrows it, or only when --if-tokens or --if-turns fires; --summarize has the same "
     "model summarize what leaves the view. A failed model call prints one error line and the "
@@ -75,6 +79,7 @@ PLACEHOLDER_KEY: Final = "no-key"
 
 _KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _BASE_URL_VARIABLES: Final = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+_PROVIDER_HOSTS: Final = {"openai": "api.openai.com", "anthropic": "api.anthropic.com"}
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,30 +144,49 @@ class ChatSettings:
 
 
 def api_key(provider: str, base_url: str | None) -> str:
-    """The API key from the environment: $TURNLOG_API_KEY, else the provider's variable.
+    """The API key from the environment, sent only where it belongs.
+
+    $TURNLOG_API_KEY is used whatever the server. The provider's own variable
+    ($OPENAI_API_KEY, $ANTHROPIC_API_KEY) goes only to the provider's own API: with no base URL,
+    or one on the provider's host over https (api.openai.com, api.anthropic.com). Any other
+    server (from --base-url or $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL) never receives it.
 
     Args:
         provider: "openai" or "anthropic".
         base_url: the --base-url given, if any.
 
     Returns:
-        The key; `PLACEHOLDER_KEY` when no variable is set but a base URL (from --base-url or
-        the provider's base-URL variable) names another server, which may need none.
+        The key; `PLACEHOLDER_KEY` when another server is named and $TURNLOG_API_KEY is not
+        set (a local server needs none, and the clients want some key).
 
     Raises:
-        InvalidInput: no key and no base URL: the provider's own API needs a key.
+        InvalidInput: no key for the provider's own API, which needs one.
     """
+    own = os.environ.get("TURNLOG_API_KEY", "").strip()
+    if own:
+        return own
     variable = _KEY_VARIABLES[provider]
-    for name in ("TURNLOG_API_KEY", variable):
-        key = os.environ.get(name, "").strip()
-        if key:
-            return key
-    if base_url or os.environ.get(_BASE_URL_VARIABLES[provider]):
+    url = base_url or os.environ.get(_BASE_URL_VARIABLES[provider], "").strip()
+    if url and not provider_api(provider, url):
         return PLACEHOLDER_KEY
+    key = os.environ.get(variable, "").strip()
+    if key:
+        return key
     raise InvalidInput(
         f"no API key: set {variable} (or TURNLOG_API_KEY) in the environment; for a local "
         "server that needs none, pass --base-url (e.g. http://localhost:11434/v1 for Ollama)"
     )
+
+
+def provider_api(provider: str, url: str) -> bool:
+    """True when `url` is the provider's own API (https on its host), the one place
+    $OPENAI_API_KEY or $ANTHROPIC_API_KEY is sent to."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme == "https" and host == _PROVIDER_HOSTS[provider]
 
 
 def _positive(value: int | float | None, option: str) -> None:
@@ -354,13 +378,25 @@ def _model(
     )
 
 
-def _failure_text(exc: ModelError | ToolRoundsExceeded) -> str:
+def _elsewhere(args: argparse.Namespace) -> bool:
+    """True when the chat talks to a server other than the provider's own API."""
+    url = args.base_url or os.environ.get(_BASE_URL_VARIABLES[args.provider], "").strip()
+    return bool(url) and not provider_api(args.provider, url)
+
+
+def _failure_text(exc: ModelError | ToolRoundsExceeded, args: argparse.Namespace) -> str:
     text = str(exc).replace("(api_key=, or ", "(TURNLOG_API_KEY or ")
     # the adapter's tail, or the runner's (which names request ids, meaningless here)
     for told in ("; nothing was appended to the log", "; this turn's user message stays stored"):
         head, found, _ = text.partition(told)
         if found:
-            return head + "; no reply was stored (your message stays in the log)"
+            text = head + "; no reply was stored (your message stays in the log)"
+            break
+    if isinstance(exc, ModelError) and exc.status in (401, 403) and _elsewhere(args):
+        text += (
+            f"; this server gets only $TURNLOG_API_KEY: set TURNLOG_API_KEY to its key "
+            f"(${_KEY_VARIABLES[args.provider]} is sent only to {_PROVIDER_HOSTS[args.provider]})"
+        )
     return text
 
 
@@ -440,7 +476,7 @@ def _turn(
     except (ModelError, ToolRoundsExceeded) as exc:
         out.end_line()
         warnings.flush_lines(drop=False)
-        error_line(_failure_text(exc))
+        error_line(_failure_text(exc, args))
         return False
     return True
 
