@@ -273,6 +273,26 @@ def test_summarize_and_a_turn_trigger(tmp_path, server, provider, capsys, monkey
     assert "stream" not in server.requests[-1].body  # the summary call is not streamed
 
 
+def test_max_tokens_caps_the_replies_not_the_summary(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    stream(server, provider, ["A1"])
+    stream(server, provider, ["A2"])
+    server.reply_json(PROVIDERS[provider][2]("The user asked q1; the answer was A1."))
+    code, _, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, provider,
+        "s1", "--model", "m", "--max-tokens", "7", "--if-turns", "1", "--last-turns", "1",
+        "--summarize", stdin="q1\nq2\n",
+    )  # fmt: skip
+    assert code == 0, err
+    *replies, summary = [r.body for r in server.requests]
+    assert len(replies) == 2 and "stream" not in summary
+    assert all(body["max_tokens"] == 7 for body in replies)
+    expected = 4096 if provider == "anthropic" else None  # the default cap, not the reply's
+    assert summary.get("max_tokens") == expected
+    assert "max_completion_tokens" not in summary
+
+
 def test_a_failed_compaction_is_a_warning_and_the_reply_stands(
     tmp_path, server, capsys, monkeypatch
 ):

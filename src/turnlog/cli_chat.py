@@ -347,9 +347,12 @@ def _messages(args: argparse.Namespace) -> Iterator[str]:
 
 
 def _model(
-    args: argparse.Namespace, settings: ChatSettings
+    args: argparse.Namespace, settings: ChatSettings, *, capped: bool = True
 ) -> OpenAIChatModel | AnthropicChatModel:
-    """The chat model the options ask for. Raises ImportError when its extra is missing."""
+    """The chat model the options ask for, with --max-tokens when `capped` (the replies'
+    model; the summarizer's is not, so a summary is not cut at the reply's cap). Raises
+    ImportError when its extra is missing."""
+    max_tokens = args.max_tokens if capped else None
     if args.provider == "anthropic":
         from turnlog.models import AnthropicChatModel
 
@@ -359,15 +362,15 @@ def _model(
             api_key=settings.api_key,
             timeout=args.timeout,
             max_retries=args.retries,
-            max_tokens=args.max_tokens or 4096,
+            max_tokens=max_tokens or 4096,
         )
     from turnlog.models import OpenAIChatModel
 
     options = {}
-    if args.max_tokens is not None:
+    if max_tokens is not None:
         # OpenAI's own API wants the newer field; compatible servers all know the older one
         field = "max_tokens" if args.base_url else "max_completion_tokens"
-        options[field] = args.max_tokens
+        options[field] = max_tokens
     return OpenAIChatModel(
         args.model,
         base_url=args.base_url,
@@ -430,13 +433,20 @@ def cmd_chat(svc: SessionService, args: argparse.Namespace) -> int:
     library = logging.getLogger("turnlog")
     library.addHandler(warnings)
     try:
-        with _model(args, settings) as model:
+        with contextlib.ExitStack() as models:
+            model = _model(args, settings)
+            models.enter_context(model)
             recorder = _Recorder(
                 CompositeCompactionTrigger.any_of(*settings.triggers) if settings.triggers else None
             )
             strategy = None
             if settings.window is not None:
-                summarizer = ChatModelSummarizer(model) if args.summarize else None
+                summarizer = None
+                if args.summarize:  # its own model: the reply's cap would cut the summary
+                    own = model if args.max_tokens is None else _model(args, settings, capped=False)
+                    if own is not model:
+                        models.enter_context(own)
+                    summarizer = ChatModelSummarizer(own)
                 strategy = WindowCompactionStrategy(settings.window, summarizer=summarizer)
             chat = SessionChat(
                 svc,
