@@ -410,3 +410,62 @@ def test_configured_providers_record_while_the_global_ones_are_unset(otel, tmp_p
     assert [p.sum for p in metric_points(reader)["turnlog.view.size"]] == [1]
     telemetry.configure()  # back to the global ones: unset here (tests that set them run apart)
     assert telemetry.idle()
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_provider_error_text_stays_off_spans_and_logs_without_the_opt_in(
+    capture, otel, tmp_path, caplog
+):
+    """A real OpenAI wire-format server whose 400s quote the prompt, for a reply and for a
+    summary: without the opt-in no span (event, stack trace, status) and no log record holds
+    the text; with it, it is there."""
+    pytest.importorskip("openai")
+    from model_servers import ScriptedServer, openai_completion, openai_error
+    from turnlog.errors import ModelError
+    from turnlog.models import OpenAIChatModel
+
+    exporter, _ = otel
+    telemetry.capture_content(capture)
+    quoted = openai_error(400, f"bad request: your message {SECRET!r} is not allowed")
+    server = ScriptedServer()
+    try:
+        server.reply_json(quoted, status=400)  # session a: the reply's call
+        server.reply_json(openai_completion("A1"))  # session b: two turns, then the summary
+        server.reply_json(openai_completion("A2"))
+        server.reply_json(quoted, status=400)
+        with (
+            OpenAIChatModel("m", base_url=server.url + "/v1", api_key="k", max_retries=0) as model,
+            SessionService(SqliteStore(tmp_path / "t.db")) as svc,
+            caplog.at_level("WARNING", logger="turnlog"),
+        ):
+            with pytest.raises(ModelError):
+                SessionChat(svc, model).send("a", SECRET)
+            strategy = WindowCompactionStrategy(
+                CompactionWindow.last_turns(1), summarizer=ChatModelSummarizer(model)
+            )
+            chat = SessionChat(svc, model, trigger=lambda request: True, strategy=strategy)
+            chat.send("b", SECRET)
+            turn = chat.send("b", "and again")
+    finally:
+        server.close()
+    assert isinstance(turn.compaction_error, ModelError)
+    assert len(server.requests) == 4
+    failed = [s for s in exporter.get_finished_spans() if s.status.status_code == StatusCode.ERROR]
+    assert {s.name for s in failed} >= {"chat m", "turnlog.compact"}
+    for s in failed:
+        assert s.attributes["error.type"] == "ModelError"
+        assert [e.name for e in s.events] == ["exception"]
+        assert s.events[0].attributes["exception.type"].endswith("ModelError")
+    dumped = json.dumps(
+        [
+            [s.status.description, dict(s.attributes), [dict(e.attributes) for e in s.events]]
+            for s in failed
+        ]
+    )
+    logged = caplog.text + json.dumps([str(r.exc_info) for r in caplog.records])
+    assert caplog.records and "ModelError (HTTP 400)" in caplog.text
+    assert (SECRET in dumped) is capture
+    assert (SECRET in logged) is capture
+    if not capture:
+        assert failed[0].status.description == "ModelError (HTTP 400)"
+        assert "Traceback" in failed[0].events[0].attributes["exception.stacktrace"]

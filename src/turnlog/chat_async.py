@@ -487,11 +487,10 @@ class AsyncSessionChat:
         except Exception as exc:
             logger.warning(
                 "compaction of session %r after the turn failed; the turn's reply stands and "
-                "nothing of the compaction was written: %s: %s",
+                "nothing of the compaction was written: %s",
                 session_id,
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
+                telemetry.safe_error_text(exc),  # no provider text without the content opt-in
+                exc_info=telemetry.safe_exc_info(exc),
             )
             return None, exc
         return result, None

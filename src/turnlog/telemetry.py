@@ -18,7 +18,9 @@ What is traced (see docs/observability.md for every attribute):
   `gen_ai.response.finish_reasons`).
 
 Message content is never put on a span unless `capture_content(True)` is called or
-`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` is set.
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` is set; nor is an exception's text
+(a provider's error can quote the prompt): without the opt-in, spans and turnlog's WARNING logs
+carry its type and HTTP status only (`safe_error_text`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ __all__ = [
     "record_compaction",
     "record_response",
     "record_view",
+    "safe_error_text",
+    "safe_exc_info",
     "span",
 ]
 
@@ -232,15 +236,54 @@ class Span:
             return
         if error is not None and not isinstance(error, GeneratorExit):
             status, code = _State.status
-            opened.record_exception(error)
+            if _capturing():
+                opened.record_exception(error)
+            else:  # the text may quote the prompt: its type, status and frames only
+                opened.add_event(
+                    "exception",
+                    {
+                        "exception.type": type(error).__qualname__,
+                        "exception.message": safe_error_text(error),
+                        "exception.stacktrace": _frames(error),
+                    },
+                )
             opened.set_attribute("error.type", type(error).__qualname__)
-            opened.set_status(status(code.ERROR, str(error)[:200]))
+            opened.set_status(status(code.ERROR, safe_error_text(error)[:200]))
         if self._token is not None:
             _State.context.detach(self._token)
         opened.end()
 
 
 _INERT: Final = Span(None)
+
+
+def safe_error_text(exc: BaseException) -> str:
+    """What telemetry and logs may say about `exc`: its text when content capture is on
+    (`capture_content`), else only its type and HTTP status (a provider's or summarizer's
+    error text can quote the prompt), e.g. `ModelError (HTTP 400)`."""
+    if _capturing():
+        return f"{type(exc).__qualname__}: {exc}"
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int) or isinstance(status, bool):
+        status = getattr(exc, "status_code", None)
+    shown = type(exc).__qualname__
+    if isinstance(status, int) and not isinstance(status, bool):
+        shown += f" (HTTP {status})"
+    return shown
+
+
+def safe_exc_info(exc: BaseException) -> BaseException | None:
+    """`exc_info=` for a log record about `exc`: `exc` (its traceback, which ends with its
+    text) when content capture is on, else None (the record says `safe_error_text` only)."""
+    return exc if _capturing() else None
+
+
+def _frames(exc: BaseException) -> str:
+    """The traceback's frames (file, line, function, source line), without the message."""
+    import traceback
+
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    return f"Traceback (most recent call last):\n{frames}{type(exc).__qualname__}"
 
 
 def span(

@@ -275,12 +275,13 @@ class ChatModelSummarizer:
 
     def _failed(self, request: SummaryRequest, exc: Exception) -> None:
         """Log a failed model call at WARNING and tell `on_failure`."""
+        status = getattr(exc, "status", None)  # its text may quote the prompt: never logged
         _warn(
-            "session %s: the summarizing model call failed (%s: %s); compaction skipped, the "
+            "session %s: the summarizing model call failed (%s%s); compaction skipped, the "
             "view is unchanged",
             request.session.id,
-            type(exc).__name__,
-            exc,
+            type(exc).__qualname__,
+            f" (HTTP {status})" if isinstance(status, int) else "",
         )
         if self.on_failure is not None:
             self.on_failure(request)
