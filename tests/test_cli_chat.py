@@ -5,9 +5,11 @@ reply arrive while the stream is still open."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -539,3 +541,58 @@ def test_the_reply_is_printed_while_it_streams(tmp_path, server):
     # the server sleeps 0.4 s after each of the 4 events that follow the first delta: the
     # first delta was printed before they came
     assert ended_at - first_at > 1.2, (first_at - started, ended_at - started)
+
+
+def _chat_process(tmp_path, server):
+    env = {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "turnlog.cli", "--db", str(tmp_path / "c.db"), "chat", "s"]
+    argv += ["--model", "m", "--base-url", server.url + "/v1", "--retries", "0"]
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+
+
+def test_ctrl_c_during_a_reply_returns_to_the_next_message(tmp_path, server):
+    """SIGINT while a slow real stream is arriving: the reply stops, the note is on a line of
+    its own, the chat goes on, and the next request holds no two user messages in a row."""
+    server.reply_sse(_openai_chunks(["partial ", *["more "] * 40]), pause=0.3)
+    stream(server, "openai", ["second reply"])
+    proc = _chat_process(tmp_path, server)
+    try:
+        proc.stdin.write(b"first\n")
+        proc.stdin.flush()
+        seen = b""
+        while b"partial" not in seen:
+            chunk = os.read(proc.stdout.fileno(), 100)
+            assert chunk, proc.stderr.read()
+            seen += chunk
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(b"again\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = (seen + rest).decode()
+    assert proc.returncode == 0, err
+    assert out.startswith("partial ") and out.endswith("\nsecond reply\n"), out
+    assert "Traceback" not in err.decode()
+    assert err.decode().startswith("turnlog: note: reply interrupted (Ctrl-C)"), err
+    assert len(server.requests) == 2
+    roles = [m["role"] for m in server.requests[1].body["messages"]]
+    assert roles[-1] == "user" and roles.count("user") == 2
+    assert all(not (a == b == "user") for a, b in itertools.pairwise(roles)), roles
+    log, _ = log_of(tmp_path / "c.db", "s")
+    assert [e.message.text for e in log][-1] == "second reply"
+
+
+def test_ctrl_c_while_waiting_for_a_message_ends_the_chat(tmp_path, server):
+    proc = _chat_process(tmp_path, server)
+    try:
+        time.sleep(1.5)  # started, waiting on stdin
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err.decode()

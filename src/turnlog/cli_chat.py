@@ -335,6 +335,9 @@ def _messages(args: argparse.Namespace) -> Iterator[str]:
             except EOFError:
                 print()
                 return
+            except KeyboardInterrupt:  # Ctrl-C at the prompt ends the chat, on a new line
+                print()
+                raise
             if line.strip():
                 yield line
         return
@@ -483,6 +486,15 @@ def _turn(
                 out.end_line()
                 _after(out, event, recorder, args.usage)
                 warnings.flush_lines(drop=event.compaction_error is not None)
+    except KeyboardInterrupt:  # Ctrl-C during the reply: back to the prompt, not out
+        out.end_line()
+        warnings.flush_lines(drop=True)
+        error_line(
+            "reply interrupted (Ctrl-C): your message stays in the log and the next turn "
+            "records it as unanswered; Ctrl-C at the prompt ends the chat",
+            "note",
+        )
+        return True
     except (ModelError, ToolRoundsExceeded) as exc:
         out.end_line()
         warnings.flush_lines(drop=False)
