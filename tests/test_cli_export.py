@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -387,3 +388,91 @@ def test_html_tokens_per_message_and_for_the_view(demo_db, tmp_path, capsys):
     assert f'id="seq-{first.seq}"><div class="meta">' in page
     section = page.split(f'id="seq-{first.seq}">', 1)[1].split("</article>", 1)[0]
     assert f" · {count:,} tokens" in section
+
+
+# -- -o FILE: a temporary file beside the target, its mode kept, devices written directly ----
+
+
+def test_a_symlink_planted_at_the_old_partial_name_is_not_followed(demo_db, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / ".out.jsonl.partial").symlink_to(victim)
+    out = tmp_path / "out.jsonl"
+    code, _, err = run(capsys, "--db", demo_db, "export", "demo-summary", "-o", out)
+    assert code == 0, err
+    assert victim.read_text() == "keep me"
+    assert out.is_file() and not out.is_symlink() and out.read_bytes().startswith(b'{"turnlog"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.partial", "out.jsonl",
+                                                          "victim.txt"]  # fmt: skip
+
+
+def test_an_existing_files_mode_is_kept_and_a_new_one_gets_the_umasks(demo_db, tmp_path, capsys):
+    private = tmp_path / "private.jsonl"
+    private.write_text("old")
+    private.chmod(0o600)
+    assert run(capsys, "--db", demo_db, "export", "demo-summary", "-o", private)[0] == 0
+    assert private.stat().st_mode & 0o777 == 0o600 and private.read_text() != "old"
+    mask = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.jsonl"
+        assert run(capsys, "--db", demo_db, "export", "demo-summary", "-o", fresh)[0] == 0
+    finally:
+        os.umask(mask)
+    assert fresh.stat().st_mode & 0o777 == 0o640  # not mkstemp's 0600
+
+
+def test_a_fifo_target_is_written_directly_and_kept(demo_db, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnlog.cli",
+            "--db",
+            str(demo_db),
+            "export",
+            "demo-summary",
+            "-o",
+            str(fifo),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stderr=subprocess.PIPE,
+    )
+    with open(fifo, "rb") as reader:
+        data = reader.read()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    proc.stderr and proc.stderr.close()
+    assert data.startswith(b'{"turnlog"') and data.endswith(b"\n")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_two_concurrent_exports_to_one_target_both_finish_a_whole_file(demo_db, tmp_path):
+    out = tmp_path / "out.jsonl"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "turnlog.cli",
+                "--db",
+                str(demo_db),
+                "export",
+                session,
+                "--log",
+                "-o",
+                str(out),
+            ],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            stderr=subprocess.PIPE,
+        )
+        for session in ("demo-summary", "demo-files")
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    lines = out.read_bytes().splitlines()
+    header = json.loads(lines[0])
+    assert header["id"] in ("demo-summary", "demo-files") and header["events"] == len(lines) - 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary left

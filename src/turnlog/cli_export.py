@@ -9,14 +9,17 @@ A thin shell: it reads the session through the service and writes what the wire-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import os
+import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import IO, Final
 
 from turnlog.cli_render import statuses, visible
@@ -39,6 +42,7 @@ __all__ = [
     "add_export_arguments",
     "cmd_export",
     "import_dump",
+    "output",
     "page",
 ]
 
@@ -175,28 +179,21 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
     view = svc.view(args.session)
     shown = log if args.log else view
     scope = "log" if args.log else "view"
-    out = _open(args.output)
-    try:
-        with Progress(f"exporting {scope} events", len(shown)) as progress:
-            if args.format == "jsonl":
-                lines = dump_lines(
-                    session, _counted(shown, progress), count=len(shown), scope=scope
-                )
-                out.writelines(lines)
-            elif args.format == "html":
-                counts = _token_counts(log) if args.tokens else None
-                text = page(args.session, log, view, log_scope=args.log, tokens=counts)
-                out.write(text.encode("utf-8"))
+    progress = Progress(f"exporting {scope} events", len(shown))
+    with output(args.output) as out, progress:
+        if args.format == "jsonl":
+            lines = dump_lines(session, _counted(shown, progress), count=len(shown), scope=scope)
+            out.writelines(lines)
+        elif args.format == "html":
+            counts = _token_counts(log) if args.tokens else None
+            text = page(args.session, log, view, log_scope=args.log, tokens=counts)
+            out.write(text.encode("utf-8"))
+        else:
+            if args.log:
+                messages = [e.message for e in log if e.message is not None]
             else:
-                if args.log:
-                    messages = [e.message for e in log if e.message is not None]
-                else:
-                    messages = svc.view_messages(args.session)
-                out.write(_wire(args.format, messages).encode("utf-8"))
-    except BaseException:
-        _abandon(out, args.output)
-        raise
-    _finish(out, args.output)
+                messages = svc.view_messages(args.session)
+            out.write(_wire(args.format, messages).encode("utf-8"))
     if args.output is not None:
         print(
             f"wrote the {scope} of {visible(args.session)} ({len(shown)} events) as "
@@ -221,30 +218,54 @@ def _wire(fmt: str, messages: Sequence[Message]) -> str:
     return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
 
 
-def _open(output: str | None) -> IO[bytes]:
-    if output is None:
-        return sys.stdout.buffer
-    target = Path(output)
-    if target.is_dir():
-        raise InvalidInput(f"-o {output} is a directory: name a file")
-    return (target.parent / f".{target.name}.partial").open("wb")
+@contextmanager
+def output(path: str | None) -> Iterator[IO[bytes]]:
+    """Where the CLI writes a file: stdout (`path` None), or `path` all or nothing.
 
+    A regular file (new, or reached through a symlink, which is kept) is written to a temporary
+    file `tempfile.mkstemp` makes beside it (O_EXCL: no planted file or link is followed), then
+    renamed over it; an existing file keeps its mode, a new one gets the umask's. A character
+    device, pipe or socket (`/dev/stdout`, a FIFO) is written directly, never replaced. Two
+    writers to one path each finish a whole file; the last rename wins. On an error the
+    temporary file is removed and the target is untouched.
 
-def _finish(out: IO[bytes], output: str | None) -> None:
-    if output is None:
-        out.flush()
+    Raises:
+        InvalidInput: `path` is a directory.
+    """
+    if path is None:
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
         return
-    out.close()
-    target = Path(output)
-    os.replace(target.parent / f".{target.name}.partial", target)  # all or nothing
-
-
-def _abandon(out: IO[bytes], output: str | None) -> None:
-    if output is None:
+    try:
+        found: os.stat_result | None = os.stat(path)  # follows a link to what it names
+    except FileNotFoundError:
+        found = None
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        raise InvalidInput(f"-o {path} is a directory: name a file")
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        with open(path, "wb") as direct:  # a device or a pipe: there is nothing to replace
+            yield direct
         return
-    out.close()
-    target = Path(output)
-    (target.parent / f".{target.name}.partial").unlink(missing_ok=True)
+    real = os.path.realpath(path) if found is not None else os.path.abspath(path)
+    folder, name = os.path.split(real)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
+    try:
+        os.fchmod(fd, stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, real)  # all or nothing
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 # -- import of turnlog JSONL -------------------------------------------------------------------
