@@ -476,3 +476,17 @@ def test_two_concurrent_exports_to_one_target_both_finish_a_whole_file(demo_db, 
     header = json.loads(lines[0])
     assert header["id"] in ("demo-summary", "demo-files") and header["events"] == len(lines) - 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary left
+
+
+def test_html_shows_bidi_controls_as_visible_marks(tmp_path, capsys):
+    db = tmp_path / "bidi.db"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create("s")
+        svc.append_message("s", Message.user("pay \u202eusd 001\u202c now \u2066x\u2069 \u200f"))
+    out = tmp_path / "s.html"
+    code, _, err = run(capsys, "--db", db, "export", "s", "--format", "html", "-o", out)
+    assert code == 0, err
+    text = out.read_text(encoding="utf-8")
+    assert not re.search("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]", text)
+    assert '<span class="bidi">&lt;U+202E&gt;</span>usd 001' in text
+    assert "&lt;U+2066&gt;" in text and "&lt;U+200F&gt;" in text

@@ -13,6 +13,7 @@ import contextlib
 import html
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -367,11 +368,19 @@ pre{white-space:pre-wrap;word-break:break-word;margin:4px 0 0;font:12px/1.4 ui-m
 padding:8px 12px}.boundary h2{margin:0 0 4px;font-size:14px}.boundary ul{margin:0;padding-left:18px}
 details.fold{margin:8px 0}details.fold>summary{cursor:pointer;color:#5b6475}
 a{color:#2f6fde}code{font:12px ui-monospace,monospace}
+.bidi{color:#b91c1c;font:11px ui-monospace,monospace}
 """
 
 
+_BIDI: Final = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """Escaped HTML text; a bidi control shows as a marked `<U+202E>`, never reorders text."""
+    return _BIDI.sub(
+        lambda m: f'<span class="bidi">&lt;U+{ord(m.group()):04X}&gt;</span>',
+        html.escape(str(value), quote=True),
+    )
 
 
 def page(
