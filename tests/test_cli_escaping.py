@@ -127,3 +127,76 @@ def test_through_a_real_terminal_pipe(db):
     assert b"\x1b" not in out.stdout and b"\x07" not in out.stdout
     assert not re.search(rb"\xc2[\x80-\x9f]", out.stdout)
     assert "\u202e".encode() not in out.stdout
+
+
+def _export_on_a_terminal(db, fmt):
+    """`turnlog export` with a pseudo-terminal as stdout (as a user runs it), its bytes."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "turnlog.cli",
+                "--db",
+                str(db),
+                "export",
+                "s",
+                "--log",
+                "--format",
+                fmt,
+            ],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={"PYTHONPATH": str(ROOT / "src"), "PYTHONIOENCODING": "utf-8"},
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "html", "openai", "anthropic"])
+def test_export_to_a_terminal_neutralises_what_a_terminal_obeys(db, fmt):
+    """Issue 24, item 5: on a terminal, every format comes out with no ESC, BEL, C1 or bidi
+    control raw, as escapes of the format itself (the same document once parsed)."""
+    out = _export_on_a_terminal(db, fmt)
+    assert b"hello" in out
+    assert b"\x1b" not in out and b"\x07" not in out
+    assert not re.search(rb"\xc2[\x80-\x9f]", out)
+    assert "\u202e".encode() not in out
+    if fmt == "html":
+        assert b"&#x1b;" in out
+    else:
+        assert b"\\u001b" in out or b"\\u009b" in out
+
+
+def test_export_to_a_pipe_keeps_the_text_as_stored(db):
+    """Not a terminal: the bytes are the document as it was (a file or a pipe gets it whole)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "turnlog.cli", "--db", str(db), "export", "s", "--log"],
+        capture_output=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PYTHONIOENCODING": "utf-8"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert all(json.loads(line) for line in out.stdout.decode().split("\n") if line)
+    assert "\u202e".encode() in out.stdout and "\x9b".encode() in out.stdout  # as stored

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from turnlog.cli_render import statuses, visible
 from turnlog.compaction import CompactionBoundary, sent_events
@@ -159,6 +159,36 @@ def _isatty(stream: IO[str]) -> bool:
         return False
 
 
+# What a terminal would act on, raw in JSON strings or HTML text: C0 controls (JSON escapes them
+# itself; HTML does not), DEL, C1 controls, bidi controls and line/paragraph separators.
+_TERMINAL_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
+
+
+class _TerminalSafe:
+    """stdout on a terminal, for `export`: each character a terminal would act on is written
+    as an escape of the format (`\\u001b` in JSON, `&#x1b;` in HTML), so the output is the same
+    document and the terminal shows it instead of obeying it (issue 24, item 5)."""
+
+    def __init__(self, raw: IO[bytes], *, html: bool) -> None:
+        self._raw = raw
+        self._html = html
+
+    def write(self, data: bytes) -> int:
+        text = data.decode("utf-8")
+        if self._html:
+            safe = _TERMINAL_UNSAFE.sub(lambda m: f"&#x{ord(m.group()):x};", text)
+        else:
+            safe = _TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        self._raw.write(safe.encode("utf-8"))
+        return len(data)
+
+    def writelines(self, lines: Iterable[bytes]) -> None:
+        for line in lines:
+            self.write(line)
+
+
 def _duration(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
@@ -181,7 +211,7 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
     shown = log if args.log else view
     scope = "log" if args.log else "view"
     progress = Progress(f"exporting {scope} events", len(shown))
-    with output(args.output) as out, progress:
+    with output(args.output, html=args.format == "html") as out, progress:
         if args.format == "jsonl":
             lines = dump_lines(session, _counted(shown, progress), count=len(shown), scope=scope)
             out.writelines(lines)
@@ -220,8 +250,11 @@ def _wire(fmt: str, messages: Sequence[Message]) -> str:
 
 
 @contextmanager
-def output(path: str | None) -> Iterator[IO[bytes]]:
+def output(path: str | None, *, html: bool = False) -> Iterator[IO[bytes]]:
     """Where the CLI writes a file: stdout (`path` None), or `path` all or nothing.
+
+    On a terminal, stdout gets what a terminal would act on as escapes of the format (`html`
+    names the format: character references, else JSON's `\\u` escapes).
 
     A regular file (new, or reached through a symlink, which is kept) is written to a temporary
     file `tempfile.mkstemp` makes beside it (O_EXCL: no planted file or link is followed), then
@@ -234,7 +267,10 @@ def output(path: str | None) -> Iterator[IO[bytes]]:
         InvalidInput: `path` is a directory.
     """
     if path is None:
-        yield sys.stdout.buffer
+        if _isatty(sys.stdout):
+            yield cast(IO[bytes], _TerminalSafe(sys.stdout.buffer, html=html))
+        else:
+            yield sys.stdout.buffer
         sys.stdout.buffer.flush()
         return
     try:
