@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import platform
 import re
 import shlex
 import signal
@@ -585,10 +586,25 @@ def test_ctrl_c_during_a_reply_returns_to_the_next_message(tmp_path, server):
     assert [e.message.text for e in log][-1] == "second reply"
 
 
+def _wait_until_reading_stdin(proc, timeout=60.0):
+    """Wait until `proc`'s main thread is blocked reading its stdin (Linux's /proc/PID/syscall
+    shows `read` on fd 0), so that a signal sent next lands while it waits for a message, not
+    while it is still importing on a loaded machine."""
+    read = {"x86_64": "0", "aarch64": "63"}[platform.machine()]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        fields = Path(f"/proc/{proc.pid}/syscall").read_text().split()
+        if fields[:2] == [read, "0x0"]:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the chat never started reading its stdin")
+
+
 def test_ctrl_c_while_waiting_for_a_message_ends_the_chat(tmp_path, server):
     proc = _chat_process(tmp_path, server)
     try:
-        time.sleep(1.5)  # started, waiting on stdin
+        _wait_until_reading_stdin(proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
