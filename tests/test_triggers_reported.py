@@ -143,6 +143,25 @@ def test_the_trigger_fires_at_the_threshold_exactly(service):
     assert not TokenCountTrigger(50, COUNTER, reported=False)(request)
 
 
+def test_an_under_reported_count_never_reads_below_the_estimate(service):
+    """A server that leaves cached tokens out of its count (LiteLLM's streamed Messages API
+    reported about 20 input tokens for a 265-token prompt): the estimate is the floor, so the
+    trigger still fires at what the view really holds."""
+    sid = service.create().id
+    service.append_message(sid, Message.system("S"))
+    service.append_message(sid, Message.user("hello"))
+    reply(service, sid, "hi there", 3)  # 3 "tokens" reported for [S, hello], 20 characters
+    service.append_message(sid, Message.user("more"))
+
+    assert latest_report(sent(service, sid)) == Reported(index=2, input_tokens=3)
+    # reported + after = 3 + 19 + 10 = 32; every event estimated = 9 + 11 + 19 + 10 = 49
+    assert tokens(service, sid) == SYS + U1 + A1 + U2 == 49
+    assert TokenCountTrigger(49, COUNTER)(request_for(service, sid))
+    # a count above the estimate is still believed
+    reply(service, sid, "sure", 500)
+    assert tokens(service, sid) == 500 + A2
+
+
 # -- a report is ignored when the view no longer starts with its prompt -------------------------
 
 

@@ -67,9 +67,12 @@ class TokenCountTrigger:
 
     With `reported=True` (the default), when the view holds an assistant message that the turn
     runner stored with the provider's token count (`turnlog.compaction.reported`) and the view
-    still starts with the very prompt that count was made for, the tokens are that count plus
-    the estimate of the events from that message on: what the model really counted (tool
-    definitions and the provider's formatting included), not an estimate. Otherwise, and with
+    still starts with the very prompt that count was made for, the tokens are the larger of two
+    figures: that count plus the estimate of the events from that message on (what the model
+    really counted, tool definitions and the provider's formatting included), and the estimate
+    of every event. The estimate is a floor because some servers under-report: LiteLLM's
+    streamed Messages API leaves cached tokens out of `input_tokens` (about 20 reported for a
+    265-token prompt), and a trigger that believed it would never fire. Otherwise, and with
     `reported=False`, every event is estimated, in the same units as a token budget.
 
     Raises:
@@ -90,12 +93,14 @@ class TokenCountTrigger:
         self._tokens = event_tokens(token_counter)
 
     def tokens(self, request: CompactionRequest) -> int:
-        """The tokens of what `request`'s view sends: reported and estimated, or estimated."""
+        """The tokens of what `request`'s view sends: the larger of reported (plus the estimate
+        of what came after the report) and estimated, or estimated."""
         sent = _sent_outlined(request.view)
         report = latest_report(sent) if self.reported else None
+        estimate = self._tokens.total(sent)
         if report is None:
-            return self._tokens.total(sent)
-        return report.input_tokens + self._tokens.total(sent[report.index :])
+            return estimate
+        return max(report.input_tokens + self._tokens.total(sent[report.index :]), estimate)
 
     def __call__(self, request: CompactionRequest) -> bool:
         return self.tokens(request) >= self.threshold
