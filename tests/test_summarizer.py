@@ -115,8 +115,12 @@ def test_prompt_renders_the_covered_events_with_event_text(service):
         "Tool [responses: weather → -3C]\n"
         "Assistant: answer 1\n</conversation>"
     ) in user
-    assert "<summary>" not in user  # no prior summary yet
-    assert user.endswith("Write the updated summary.")
+    # no prior summary yet, and the prompt does not speak of one
+    assert "<summary>" not in user
+    assert "The conversation to summarize:\n<conversation>" in user
+    assert user.endswith("Write the summary.")
+    for word in ("summary so far", "updated", "add to it", "merging"):
+        assert word not in user
 
 
 def test_prompt_feeds_the_prior_summary_back(service):
@@ -131,7 +135,8 @@ def test_prompt_feeds_the_prior_summary_back(service):
 
     _, user = prompt_of(model, 1)
     assert "<summary>\nFIRST SUMMARY\n</summary>" in user
-    assert "merging the summary so far" in user
+    assert "The conversation to add to it:\n<conversation>" in user
+    assert user.endswith("merging the summary so far with the new conversation.")
     # the prior shadow prompt is not quoted, and the summary is not repeated as conversation
     assert DEFAULT_SHADOW_PROMPT not in user
     conversation = user.split("<conversation>")[1].split("</conversation>")[0]

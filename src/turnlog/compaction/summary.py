@@ -200,11 +200,8 @@ class ChatModelSummarizer:
                 + "\n</summary>"
             )
         covered = [fmt(e) for e in request.covered if e.role != "system"]
-        parts.append(
-            "The conversation to add to it:\n<conversation>\n"
-            + "\n".join(covered)
-            + "\n</conversation>"
-        )
+        lead = "The conversation to add to it" if prior else "The conversation to summarize"
+        parts.append(lead + ":\n<conversation>\n" + "\n".join(covered) + "\n</conversation>")
         overlap = [e for e in request.preserved if e.role != "system"][: self.overlap_size]
         if overlap:
             parts.append(
@@ -217,8 +214,10 @@ class ChatModelSummarizer:
                 "The files the conversation read and modified so far (keep them in the "
                 "summary):\n<files>\n" + files_section(files) + "\n</files>"
             )
-        ask = "Write the updated summary" + (
-            ", merging the summary so far with the new conversation." if prior else "."
+        ask = (
+            "Write the updated summary, merging the summary so far with the new conversation."
+            if prior
+            else "Write the summary."
         )
         if self.max_tokens is not None:
             room = self.max_tokens - turn_tokens(counter_of(request), self.shadow_prompt, "")
