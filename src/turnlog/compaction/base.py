@@ -20,6 +20,7 @@ __all__ = [
     "CompactionTrigger",
     "SummaryRequest",
     "count_turns",
+    "not_smaller",
 ]
 
 
@@ -114,15 +115,24 @@ class CompactionResult:
     view: Sequence[SessionEvent] = field(default=(), repr=False)
     """The active view after this pass (the view before it when unchanged: then a
     `LazyEvents` when the pass read it lazily)."""
+    reason: str = ""
+    """Why nothing was written, for an unchanged result ("no trigger fired", "the turns fit
+    the window last_turns(10)", "the summarizer declined", "the result would not be smaller
+    than the view: ..."); "" when the pass wrote."""
+    refires: bool = False
+    """True when the pass wrote and the trigger still fires on the view it wrote: the next
+    check compacts again at once (a WARNING says so; see "Sizing a trigger and a window" in
+    docs/compaction.md). Set by the service, which asks the trigger once more."""
 
     @classmethod
-    def nothing(cls, view: Sequence[SessionEvent] = ()) -> CompactionResult:
-        """A result that changes nothing."""
-        return cls(unchanged=True, view=_frozen(view))
+    def nothing(cls, view: Sequence[SessionEvent] = (), reason: str = "") -> CompactionResult:
+        """A result that changes nothing, and why."""
+        return cls(unchanged=True, view=_frozen(view), reason=reason)
 
     def as_conflict(self) -> CompactionResult:
         """This pass lost the race: unchanged, `conflict=True`, nothing to write."""
-        return replace(CompactionResult.nothing(), conflict=True)
+        nothing = CompactionResult.nothing(reason="another writer appended first")
+        return replace(nothing, conflict=True)
 
     def events_to_append(self, session_id: str) -> list[SessionEvent]:
         """The boundary event followed by the summary events and the stand-ins; empty when
@@ -130,6 +140,14 @@ class CompactionResult:
         if self.unchanged or self.boundary is None:
             return []
         return [self.boundary.to_event(session_id), *self.summary_events, *self.stand_in_events]
+
+
+def not_smaller(removed: int, added: int) -> str:
+    """The reason of a pass that would not shrink the view: `added` tokens for `removed`."""
+    return (
+        f"the result would not be smaller than the view ({added:,} tokens would stand in "
+        f"for {removed:,})"
+    )
 
 
 def _frozen(view: Sequence[SessionEvent]) -> Sequence[SessionEvent]:

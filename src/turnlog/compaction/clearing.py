@@ -18,7 +18,7 @@ from typing import Final
 
 from msgspec.structs import replace
 
-from turnlog.compaction.base import CompactionRequest, CompactionResult
+from turnlog.compaction.base import CompactionRequest, CompactionResult, not_smaller
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.compaction.triggers import sent_events
 from turnlog.compaction.window import WindowCompactionStrategy
@@ -206,11 +206,18 @@ class ToolOutputCompactionStrategy:
             final, pinned, preserved = cleared_view, (), tuple(cleared_view)
             summary, summary_events = (), ()
         else:
-            return CompactionResult.nothing(view)
+            reason = window.reason if window is not None else "no tool output to clear"
+            return CompactionResult.nothing(view, reason)
         kept = {e.id for e in final}
         written = [c for c in cleared if c.stand_in.id in kept]
         covered = tuple(e for e in view if e.id not in kept)
-        saved = self._tokens.total(sent_events(view)) - self._tokens.total(sent_events(final))
+        before, after = (
+            self._tokens.total(sent_events(view)),
+            self._tokens.total(sent_events(final)),
+        )
+        saved = before - after
+        if saved <= 0:
+            return CompactionResult.nothing(view, not_smaller(before, after))
         boundary = CompactionBoundary(
             id=new_id(),
             pinned_event_ids=tuple(e.id for e in pinned),

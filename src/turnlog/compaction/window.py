@@ -13,6 +13,7 @@ from turnlog.compaction.base import (
     CompactionResult,
     CompactionSummarizer,
     SummaryRequest,
+    not_smaller,
 )
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
@@ -168,7 +169,7 @@ class WindowCompactionStrategy:
         roles, synthetic = outline_of(view)
         starts = turn_starts(view, roles, synthetic)  # positions of the turns' first events
         if not starts:
-            return CompactionResult.nothing(view)
+            return CompactionResult.nothing(view, "the view holds no turn to cut at")
         first_turn = starts[0]
         systems = _positions(roles, "system")
         head = [i for i in range(first_turn) if roles[i] != "system"]
@@ -189,7 +190,7 @@ class WindowCompactionStrategy:
 
         cut = self._cut(view, conversation, turn_indexes, pinned)
         if cut == 0:
-            return CompactionResult.nothing(view)
+            return CompactionResult.nothing(view, f"the turns fit the window {self.window}")
         preserved = conversation[cut:]
         summary_request = None
         if self.summarizer is not None:
@@ -212,7 +213,7 @@ class WindowCompactionStrategy:
         summary_messages = list(reply)
         if plan.summary_request is not None:
             if not summary_messages:
-                return CompactionResult.nothing(view)
+                return CompactionResult.nothing(view, "the summarizer declined")
             check_summary(summary_messages, "the summarizer's summary turn")
         session_id = request.session.id
         summary_events = tuple(
@@ -221,7 +222,10 @@ class WindowCompactionStrategy:
         covered = pick(view, _others(len(view), [*plan.pinned, *plan.preserved]))
         pinned = tuple(pick(view, plan.pinned))
         preserved = tuple(pick(view, plan.preserved))
-        saved = self._tokens.total(covered) - self._tokens.total(summary_events)
+        left, added = self._tokens.total(covered), self._tokens.total(summary_events)
+        saved = left - added
+        if saved <= 0:
+            return CompactionResult.nothing(view, not_smaller(left, added))
         boundary = CompactionBoundary(
             id=new_id(),
             pinned_event_ids=tuple(e.id for e in pinned),
