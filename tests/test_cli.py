@@ -557,7 +557,7 @@ def test_compact_triggers(demo_db, capsys):
     # demo-last-turns holds 3 turns: --if-turns 5 does not fire, --if-turns 2 does
     code, out, _ = run(capsys, "--db", demo_db, "compact", "demo-last-turns", "--last-turns", "1",
                        "--if-turns", "5")  # fmt: skip
-    assert code == 0 and "unchanged (no trigger fired)" in out
+    assert code == 0 and "unchanged (the trigger did not fire)" in out
     code, out, _ = run(capsys, "--db", demo_db, "compact", "demo-last-turns", "--last-turns", "1",
                        "--if-turns", "5", "--if-tokens", "10")  # fmt: skip
     assert code == 0 and "compacted" in out  # any_of: the token trigger fired

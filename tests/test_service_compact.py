@@ -8,6 +8,7 @@ import pytest
 from turnlog import (
     CharCounter,
     CompactionBoundary,
+    CompactionRequest,
     CompactionWindow,
     CorruptData,
     EventType,
@@ -435,3 +436,52 @@ def test_an_append_between_the_version_and_the_view_reads_is_a_conflict(racing_s
     again = service.compact(sid, always, strategy(CompactionWindow.last_turns(1), new_summary))
     assert not again.conflict and again.boundary is not None
     assert [e.message.text for e in service.view(sid)][-1] == "between the reads"
+
+
+# -- issue 24 item 10: why nothing was written, and a pair that would fire again --------------
+
+
+def test_every_unchanged_result_says_why(service):
+    sid = service.create().id
+    assert service.compact(sid, always, strategy(CompactionWindow.last_turns(1))).reason == (
+        "the view holds no turn to cut at"
+    )
+    service.append_message(sid, Message.user("u1"))
+    service.append_message(sid, Message.assistant("a1"))
+    never = service.compact(sid, lambda request: False, strategy(CompactionWindow.last_turns(1)))
+    assert never.unchanged and never.reason == "the trigger did not fire"
+    fits = service.compact(sid, always, strategy(CompactionWindow.last_turns(3)))
+    assert fits.unchanged and fits.reason == "the turns fit the window last_turns(3)"
+    service.append_message(sid, Message.user("u2"))
+    declined = service.compact(
+        sid, always, strategy(CompactionWindow.last_turns(1), summarizer=lambda request: [])
+    )
+    assert declined.unchanged and declined.reason == "the summarizer declined"
+    cut = service.compact(sid, always, strategy(CompactionWindow.last_turns(1)))
+    assert not cut.unchanged and cut.reason == ""
+
+
+def test_a_pair_that_fires_again_on_what_it_wrote_is_flagged_and_warned(service, caplog):
+    """A 30-character trigger and a window that keeps more than 30 characters: the pass writes,
+    and the very next check would compact again; a trigger that stops firing is not flagged."""
+    from turnlog import TokenCountTrigger
+
+    sid = service.create().id
+    for n in range(4):
+        service.append_message(sid, Message.user(f"question number {n}"))  # 25 characters
+        service.append_message(sid, Message.assistant(f"answer number {n}"))
+    trigger = TokenCountTrigger(30, CharCounter())
+    with caplog.at_level("WARNING", logger="turnlog.compaction"):
+        again = service.compact(sid, trigger, strategy(CompactionWindow.last_turns(2)))
+    assert not again.unchanged and again.refires
+    [warning] = [r for r in caplog.records if r.name == "turnlog.compaction"]
+    assert sid in warning.getMessage() and "compacts again" in warning.getMessage()
+    assert trigger(CompactionRequest.of(service.get(sid), service.view(sid)))  # the oracle
+
+    caplog.clear()
+    roomy = TokenCountTrigger(60, CharCounter())  # the view holds about 100; one turn, 49
+    with caplog.at_level("WARNING", logger="turnlog.compaction"):
+        once = service.compact(sid, roomy, strategy(CompactionWindow.last_turns(1)))
+    assert not once.unchanged and not once.refires
+    assert not caplog.records
+    assert not roomy(CompactionRequest.of(service.get(sid), service.view(sid)))

@@ -287,6 +287,11 @@ def _cmd_show(svc: SessionService, args: argparse.Namespace) -> int:
     return 0
 
 
+def _always(request: CompactionRequest) -> bool:
+    """The trigger of a `compact` given no --if-* option: compact now."""
+    return True
+
+
 def _cmd_compact(svc: SessionService, args: argparse.Namespace) -> int:
     if args.last_events is not None:
         window = CompactionWindow.last_events(args.last_events)
@@ -300,25 +305,23 @@ def _cmd_compact(svc: SessionService, args: argparse.Namespace) -> int:
         triggers.append(TurnCountTrigger(args.if_turns))
     if args.if_tokens is not None:
         triggers.append(TokenCountTrigger(args.if_tokens))
-    trigger = CompositeCompactionTrigger.any_of(*triggers) if triggers else None
-    fired: list[bool] = []
-
-    def record(request: CompactionRequest) -> bool:
-        fired.append(trigger is None or trigger(request))
-        return fired[-1]
-
+    trigger = CompositeCompactionTrigger.any_of(*triggers) if triggers else _always
     session = visible(args.session)
     before = view_tokens(svc.view(args.session))
-    result = svc.compact(args.session, record, strategy)
+    result = svc.compact(args.session, trigger, strategy)
     if result.conflict:
         print(f"{session}: another writer appended meanwhile; nothing written, run it again")
         return 1
     if result.unchanged:
-        why = "no trigger fired" if fired and not fired[-1] else f"the view fits {window}"
-        print(f"{session}: unchanged ({why}); nothing written")
+        print(f"{session}: unchanged ({visible(result.reason)}); nothing written")
         return 0
     print(f"{session}: compacted with {strategy.name}")
     print_result(result, before, view_tokens(svc.view(args.session)))
+    if result.refires:
+        print(
+            "note: the trigger still fires on the compacted view, so the next compact cuts "
+            "again; keep the window and the summary under the trigger"
+        )
     return 0
 
 

@@ -31,6 +31,7 @@ from turnlog.compaction import (
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
+from turnlog.compaction.base import NOT_FIRED
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
 from turnlog.events import check_id
 from turnlog.models.base import Usage
@@ -297,13 +298,16 @@ def compaction_line(result: CompactionResult, before: int) -> str | None:
     if result.conflict:
         return "[compaction skipped: another writer appended meanwhile; the next turn retries]"
     if result.unchanged:
-        return None
+        if result.reason in ("", NOT_FIRED):
+            return None
+        return f"[compaction: nothing written, {visible(result.reason)}]"
     after = view_tokens(result.view)
     summary = f", summary of {len(result.summary)} messages" if result.summary else ""
     count = len(result.covered_events)
+    again = "; the trigger still fires, the next turn compacts again" if result.refires else ""
     return (
         f"[compacted: {count} event{'' if count == 1 else 's'} left the view{summary}; "
-        f"{before:,} -> {after:,} {unit()}]"
+        f"{before:,} -> {after:,} {unit()}{again}]"
     )
 
 

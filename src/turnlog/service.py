@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from turnlog import telemetry
@@ -17,6 +19,7 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.compaction._checks import check_function, describe
+from turnlog.compaction.base import NOT_FIRED
 from turnlog.compaction.running import fires, run_pass
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
@@ -545,7 +548,7 @@ class SessionService:
             version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
         if not fires(trigger, request):
-            return False, CompactionResult.nothing(view), view
+            return False, CompactionResult.nothing(view, NOT_FIRED), view
         result = run_pass(strategy, request)
         to_append = self._counted(result.events_to_append(session.id))
         if not to_append:
@@ -554,6 +557,9 @@ class SessionService:
             self.store.append_events(session.id, to_append, version)
         except VersionConflict:
             return True, result.as_conflict(), view
+        if fires(trigger, CompactionRequest.of(session, result.view)):
+            _warn_refires(session.id, strategy)
+            result = replace(result, refires=True)
         return True, result, view
 
     def _lazy_view(self, session_id: str) -> LazyEvents:
@@ -563,6 +569,17 @@ class SessionService:
             return LazyEvents.of(self.store.view(session_id))
         result: LazyEvents = lazy(session_id)
         return result
+
+
+def _warn_refires(session_id: str, strategy: CompactionStrategy) -> None:
+    """Log that the trigger still fires on the view a pass wrote: it compacts again next time."""
+    logging.getLogger("turnlog.compaction").warning(
+        "session %r: the trigger still fires on the view %s just wrote, so the next check "
+        "compacts again (a new summary each turn defeats the prompt cache); keep the window "
+        "and the summary well under the trigger (docs/compaction.md, sizing)",
+        session_id,
+        getattr(strategy, "name", type(strategy).__name__),
+    )
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from turnlog import telemetry
@@ -15,6 +17,7 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.compaction._checks import check_function, describe
+from turnlog.compaction.base import NOT_FIRED
 from turnlog.compaction.running import fires_async, run_pass_async
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
@@ -547,7 +550,7 @@ class AsyncSessionService:
             version, view = seen[0], list(seen[1])
         request = CompactionRequest.of(session, view)
         if not await fires_async(trigger, request):
-            return False, CompactionResult.nothing(view), view
+            return False, CompactionResult.nothing(view, NOT_FIRED), view
         result = await run_pass_async(strategy, request)
         to_append = self._counted(result.events_to_append(session.id))
         if not to_append:
@@ -556,6 +559,9 @@ class AsyncSessionService:
             await self.store.append_events(session.id, to_append, version)
         except VersionConflict:
             return True, result.as_conflict(), view
+        if await fires_async(trigger, CompactionRequest.of(session, result.view)):
+            _warn_refires(session.id, strategy)
+            result = replace(result, refires=True)
         return True, result, view
 
     async def _lazy_view(self, session_id: str) -> LazyEvents:
@@ -565,6 +571,17 @@ class AsyncSessionService:
             return LazyEvents.of(await self.store.view(session_id))
         result: LazyEvents = await lazy(session_id)
         return result
+
+
+def _warn_refires(session_id: str, strategy: CompactionStrategy) -> None:
+    """Log that the trigger still fires on the view a pass wrote: it compacts again next time."""
+    logging.getLogger("turnlog.compaction").warning(
+        "session %r: the trigger still fires on the view %s just wrote, so the next check "
+        "compacts again (a new summary each turn defeats the prompt cache); keep the window "
+        "and the summary well under the trigger (docs/compaction.md, sizing)",
+        session_id,
+        getattr(strategy, "name", type(strategy).__name__),
+    )
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.events import Message, Session, SessionEvent
@@ -13,6 +13,7 @@ from turnlog.lazy import LazyEvents
 from turnlog.tokens import TokenCounter
 
 __all__ = [
+    "NOT_FIRED",
     "CompactionRequest",
     "CompactionResult",
     "CompactionStrategy",
@@ -116,7 +117,7 @@ class CompactionResult:
     """The active view after this pass (the view before it when unchanged: then a
     `LazyEvents` when the pass read it lazily)."""
     reason: str = ""
-    """Why nothing was written, for an unchanged result ("no trigger fired", "the turns fit
+    """Why nothing was written, for an unchanged result ("the trigger did not fire", "the turns fit
     the window last_turns(10)", "the summarizer declined", "the result would not be smaller
     than the view: ..."); "" when the pass wrote."""
     refires: bool = False
@@ -140,6 +141,10 @@ class CompactionResult:
         if self.unchanged or self.boundary is None:
             return []
         return [self.boundary.to_event(session_id), *self.summary_events, *self.stand_in_events]
+
+
+NOT_FIRED: Final = "the trigger did not fire"
+"""The `reason` of a compaction whose trigger did not fire."""
 
 
 def not_smaller(removed: int, added: int) -> str:

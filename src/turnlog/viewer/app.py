@@ -26,7 +26,13 @@ try:
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from starlette.responses import (
+        HTMLResponse,
+        JSONResponse,
+        PlainTextResponse,
+        RedirectResponse,
+        Response,
+    )
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised by a base install only
     raise ImportError(
@@ -138,7 +144,8 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
 
     Returns:
         A Starlette app: HTML pages at `/`, `/sessions/{id}`, `/sessions/{id}/view`,
-        `/sessions/{id}/diff`; JSON at `/api/sessions`, `/api/sessions/{id}/log`,
+        `/sessions/{id}/diff`; an event's whole text at `/sessions/{id}/events/{seq}/text`
+        (text/plain); JSON at `/api/sessions`, `/api/sessions/{id}/log`,
         `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`.
 
     Raises:
@@ -169,6 +176,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
     )
     env.filters["pretty"] = _pretty
     env.filters["folded"] = data.folded
+    env.globals["TEXT_SHOWN_UP_TO"] = data.TEXT_SHOWN_UP_TO
 
     def page(name: str, code: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(**context)
@@ -229,7 +237,30 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         a, b = _int(request, "a", None), _int(request, "b", None)
         if a is None or b is None:
             raise InvalidInput("a diff needs two seqs: ?a=SEQ&b=SEQ")
-        return data.diff(svc, request.path_params["session_id"], a, b)
+        return data.diff(
+            svc,
+            request.path_params["session_id"],
+            a,
+            b,
+            offset=_int(request, "offset", 0) or 0,
+            limit=_limit(request, 100),
+        )
+
+    def text(request: Request) -> str | None:
+        found = data.event_at(svc, request.path_params["session_id"], request.path_params["seq"])
+        return None if found is None else data.text_of(found)
+
+    async def full_text(request: Request) -> Response:
+        sid, seq = request.path_params["session_id"], request.path_params["seq"]
+        try:
+            body = await run_in_threadpool(text, request)
+        except SessionNotFound as exc:
+            return PlainTextResponse(f"no session {exc.session_id!r} in this store", 404)
+        except TurnlogError as exc:
+            return PlainTextResponse(f"{type(exc).__name__}: {exc}", 500)
+        if body is None:
+            return PlainTextResponse(f"no event at seq {seq} in session {sid!r}", 404)
+        return PlainTextResponse(body)
 
     # Ids may hold "/" (sent as %2F, decoded before routing): the routes with a suffix come
     # first, and the id takes the rest of the path.
@@ -238,6 +269,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         Route("/", endpoint("sessions.html", sessions)),
         Route(f"/sessions/{sid}/view", endpoint("view.html", view)),
         Route(f"/sessions/{sid}/diff", endpoint("diff.html", diff)),
+        Route(f"/sessions/{sid}/events/{{seq:int}}/text", full_text),
         Route(f"/sessions/{sid}", endpoint("session.html", log)),
         Route("/api/sessions", endpoint(None, sessions)),
         Route(f"/api/sessions/{sid}/log", endpoint(None, log)),

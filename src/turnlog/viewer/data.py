@@ -6,6 +6,7 @@ endpoints return as they are and the templates lay out.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +21,16 @@ from turnlog.tokens import event_tokens
 
 __all__ = [
     "MAX_PAGE",
+    "TEXT_SHOWN_UP_TO",
     "TOKENS_IN_LIST_UP_TO",
     "boundaries",
     "diff",
+    "event_at",
     "event_json",
     "folded",
     "log_at",
     "log_page",
+    "page_starts",
     "pair_tools",
     "read_log",
     "session_json",
@@ -40,6 +44,11 @@ MAX_PAGE = 500
 TOKENS_IN_LIST_UP_TO = 2_000
 """The sessions list counts a session's view tokens only when its log holds at most this many
 events (counting reads the whole view); open a longer session to see its count."""
+
+TEXT_SHOWN_UP_TO = 20_000
+"""The pages show a message's text, a tool call's arguments or a tool result up to this many
+characters, then a note of the full size and a link to the event's whole text
+(`/sessions/{id}/events/{seq}/text`); the JSON endpoints return them whole."""
 
 
 def session_json(session: Session, version: int, tokens: int | None) -> dict[str, Any]:
@@ -326,39 +335,129 @@ def view_at(
     }
 
 
-def diff(svc: SessionService, session_id: str, a: int, b: int) -> dict[str, Any]:
+def _write_end(log: Sequence[SessionEvent], at: int) -> int:
+    """Where the write holding event `at` ends in `log` (see `log_at`), `log` holding at least
+    that much."""
+    for back, e in enumerate(reversed(log[:at])):
+        if e.type == EventType.COMPACTION:
+            missing = len(CompactionBoundary.from_event(e).appended_event_ids) - back
+            return min(len(log), at + max(0, missing))
+    return at
+
+
+def _cuts(rows: Sequence[SessionEvent], split: int) -> list[bool]:
+    """Where a page of `rows` may start or end: `ok[p]` is False when a tool call and one of
+    its results lie on both sides of the cut before row `p`. Calls pair with results within
+    `rows[:split]` and within `rows[split:]` (the diff's two sections), as `pair_tools` pairs."""
+    calls: dict[tuple[bool, str], int] = {}
+    for i, e in enumerate(rows):
+        if e.message is not None:
+            for call in e.message.tool_calls:
+                calls[(i >= split, call.id)] = i
+    depth = [0] * (len(rows) + 2)
+    for i, e in enumerate(rows):
+        if e.message is None:
+            continue
+        for result in e.message.tool_results:
+            j = calls.get((i >= split, result.call_id))
+            if j is not None and j != i:
+                depth[min(i, j) + 1] += 1
+                depth[max(i, j) + 1] -= 1
+    ok = []
+    running = 0
+    for p in range(len(rows) + 1):
+        running += depth[p]
+        ok.append(running == 0)
+    return ok
+
+
+def page_starts(ok: Sequence[bool], limit: int) -> list[int]:
+    """Where each page of `len(ok) - 1` rows starts, cut only where `ok` allows: a page ends at
+    the last allowed cut at most `limit` rows on; when there is none (a call and its results
+    span more rows than `limit`), at the first one after, if that is at most `MAX_PAGE` rows
+    on, else at `limit` rows (the one place a pair is split)."""
+    n = len(ok) - 1
+    starts = []
+    start = 0
+    while start < n:
+        starts.append(start)
+        end = min(start + limit, n)
+        while end > start and not ok[end]:
+            end -= 1
+        if end == start:
+            end = start + 1
+            while not ok[end] and end - start < MAX_PAGE:
+                end += 1
+            if not ok[end]:
+                end = start + limit
+        start = end
+    return starts
+
+
+def diff(
+    svc: SessionService, session_id: str, a: int, b: int, *, offset: int = 0, limit: int = 100
+) -> dict[str, Any]:
     """What changed in the view between the log at seq `a` and at seq `b`: the events that
-    left it, the events that entered it, and the token totals at each end."""
+    left it, then the events that entered it, one page of those rows at a time.
+
+    The rows are paged by `offset` and `limit` without ever parting a tool call from its
+    result (see `page_starts`): the page is the one holding row `offset`, so `offset` may move
+    back to its start, and it holds at most `limit` rows unless one call and its results span
+    more. Only the page's events are counted for tokens; the token totals at each end are
+    counted only for a view of at most `TOKENS_IN_LIST_UP_TO` events (else None). The log is
+    read once, up to the later of the two seqs.
+
+    Returns:
+        {"session", "a", "b", "events_a", "events_b", "tokens_a", "tokens_b", "total_left",
+        "total_entered", "left", "entered" (this page's rows of each), "offset", "limit",
+        "next_offset", "prev_offset" (None at either end)}.
+    """
     version = svc.version(session_id)
     a, b = (max(0, min(x, version)) for x in (a, b))
-    log_a, a = log_at(svc, session_id, a)
-    log_b, b = log_at(svc, session_id, b)
-    first = CompactionBoundary.project(log_a)
-    second = CompactionBoundary.project(log_b)
+    log, end = log_at(svc, session_id, max(a, b))
+    a, b = (end if x == max(a, b) else _write_end(log, x) for x in (a, b))
+    first = CompactionBoundary.project(log[:a])
+    second = CompactionBoundary.project(log[:b])
+    del log
     ids_first = {e.id for e in first}
     ids_second = {e.id for e in second}
     left = [e for e in first if e.id not in ids_second]
     entered = [e for e in second if e.id not in ids_first]
+    rows = left + entered
+    starts = page_starts(_cuts(rows, len(left)), limit)
+    at = bisect.bisect_right(starts, offset) - 1
+    if offset >= len(rows):
+        start, stop, at = offset, offset, len(starts)
+    else:
+        start = starts[at]
+        stop = starts[at + 1] if at + 1 < len(starts) else len(rows)
+    page = rows[start:stop]
+    counts = event_tokens().counts(page)
+    shown = [
+        event_json(e, "left" if i < len(left) else "entered", n)
+        for i, (e, n) in enumerate(zip(page, counts, strict=True), start)
+    ]
+    cut = max(0, min(len(left) - start, len(shown)))
+
+    def tokens(view: list[SessionEvent]) -> int | None:
+        return view_tokens(view) if len(view) <= TOKENS_IN_LIST_UP_TO else None
+
     return {
         "session": session_json(svc.get(session_id), version, None),
         "a": a,
         "b": b,
-        "tokens_a": view_tokens(first),
-        "tokens_b": view_tokens(second),
+        "tokens_a": tokens(first),
+        "tokens_b": tokens(second),
         "events_a": len(first),
         "events_b": len(second),
-        "left": pair_tools(
-            [
-                event_json(e, "left", n)
-                for e, n in zip(left, event_tokens().counts(left), strict=True)
-            ]
-        ),
-        "entered": pair_tools(
-            [
-                event_json(e, "entered", n)
-                for e, n in zip(entered, event_tokens().counts(entered), strict=True)
-            ]
-        ),
+        "total_left": len(left),
+        "total_entered": len(entered),
+        "left": pair_tools(shown[:cut]),
+        "entered": pair_tools(shown[cut:]),
+        "offset": start,
+        "limit": limit,
+        "next_offset": starts[at + 1] if at + 1 < len(starts) else None,
+        "prev_offset": starts[at - 1] if 0 < at <= len(starts) else None,
     }
 
 
@@ -401,6 +500,19 @@ def folded(events: list[dict[str, Any]], least: int = 3) -> list[dict[str, Any]]
         out.append(e)
     flush()
     return out
+
+
+def event_at(svc: SessionService, session_id: str, seq: int) -> SessionEvent | None:
+    """The event at `seq` in the session's log, or None when the log holds none there.
+
+    Raises:
+        SessionNotFound: no session has this id.
+    """
+    svc.get(session_id)
+    if not 1 <= seq <= svc.version(session_id):
+        return None
+    found = read_log(svc, session_id, seq - 1, 1)
+    return found[0] if found and found[0].seq == seq else None
 
 
 def text_of(e: SessionEvent) -> str:
