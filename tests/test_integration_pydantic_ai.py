@@ -540,5 +540,13 @@ def test_the_blocking_example_runs(server, tmp_path, monkeypatch):
         "m", provider=OpenAIProvider(base_url=server.url + "/v1", api_key="unused")
     )
     namespace = {"agent": Agent(model), "prompt": "Hi, I'm Ann."}
-    run_doc(doc_block("agent.run_sync("), namespace)
+    # run_sync runs on the main thread's current loop, creating one it never closes when there
+    # is none; the test gives it one and closes it, so no loop outlives the test
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        run_doc(doc_block("agent.run_sync("), namespace)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
     assert stored_texts(tmp_path / "chat.db", "user-42") == ["Hi, I'm Ann.", "Hello Ann."]
