@@ -55,10 +55,12 @@ class LoopThread:
             me = asyncio.current_task()
             return [t for t in asyncio.all_tasks() if t is not me and not t.done()]
 
-        left = self.run(leftovers())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+        try:
+            left = self.run(leftovers())
+        finally:  # the loop is closed whatever happened, so no unclosed loop outlives a test
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()
         assert not left, f"tasks left running on the store's event loop: {left}"
 
 
