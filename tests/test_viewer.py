@@ -15,6 +15,7 @@ from turnlog.errors import InvalidInput
 from turnlog.events import ToolCall, ToolResult
 from turnlog.viewer import create_app
 from turnlog.viewer.app import CSP, TOKEN_COOKIE
+from turnlog.viewer.data import log_at
 
 HOSTILE_ID = 'x"><script>window.pwned=1</script>'
 SCRIPT = "<script>window.pwned=1</script>"
@@ -166,6 +167,17 @@ def test_diff_between_two_boundaries(client: TestClient, db: Path) -> None:
     assert "→ result #<" not in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
     assert "Left the view" in client.get(f"/sessions/demo-summary/diff?a={a}&b={b}").text
     assert client.get("/api/sessions/demo-summary/diff?a=1").status_code == 400
+    with SessionService(SqliteStore(db)) as svc:
+        for at in range(len(log) + 1):  # the log is read once, up to the later seq
+            got = client.get(
+                "/api/sessions/demo-summary/diff", params={"a": at, "b": len(log)}
+            ).json()
+            assert got["a"] == log_at(svc, "demo-summary", at)[1] and got["b"] == len(log), at
+            back = client.get(
+                "/api/sessions/demo-summary/diff", params={"a": len(log), "b": at}
+            ).json()
+            assert (back["a"], back["b"]) == (len(log), got["a"])
+            assert ids(back["left"]) == ids(got["entered"]), at
 
 
 def test_hostile_content_is_escaped_everywhere(client: TestClient) -> None:
@@ -289,7 +301,14 @@ def test_every_response_carries_the_security_headers(db: Path) -> None:
         secured(c.get("/"))  # 401
         secured(c.get("/?token=" + TOKEN))  # 303
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        for url, status in (("/", 200), ("/api/sessions", 200), ("/nowhere", 404)):
+        for url, status in (
+            ("/", 200),
+            ("/api/sessions", 200),
+            ("/nowhere", 404),
+            ("/sessions/demo-summary/events/2/text", 200),
+            ("/sessions/demo-summary/events/999/text", 404),
+            ("/sessions/nope/events/1/text", 404),
+        ):
             got = c.get(url, headers=auth)
             assert got.status_code == status
             secured(got)
@@ -412,6 +431,8 @@ def test_numbers_past_64_bits_are_a_400_not_a_500(tmp_path: Path, store: str) ->
             ("/api/sessions/s/view?offset=9223372036854775808", "offset"),
             ("/api/sessions/s/view?at=9223372036854775808", "at"),
             ("/api/sessions/s/diff?a=0&b=9223372036854775808", "b"),
+            ("/api/sessions/s/diff?a=0&b=1&offset=9223372036854775808", "offset"),
+            ("/api/sessions/s/diff?a=0&b=1&limit=9223372036854775808", "limit"),
         ):
             got = c.get(url)
             assert got.status_code == 400, (url, got.text)
@@ -516,4 +537,169 @@ def test_bidi_controls_show_as_marks_not_raw(tmp_path: Path) -> None:
         assert "pay [U+202E]$1000[U+202C] now [U+061C][U+2067][U+2069]" in html
         assert "t[U+202D]" in html and "[U+202B]!" in html and "[U+200E]" in html
         assert c.get(f"/api/sessions/{q}/log").json()["events"][0]["text"].startswith("pay \u202e")
+    svc.close()
+
+
+def _conversation(sid: str, turns: int) -> list[SessionEvent]:
+    """`turns` turns of four events: a user, an assistant's tool call, its result, an answer."""
+    events = []
+    for n in range(turns):
+        call = ToolCall(id=f"{sid}-call-{n}", name="lookup", arguments=f'{{"n": {n}}}')
+        events += [
+            SessionEvent.for_message(sid, Message.user(f"question {n}")),
+            SessionEvent.for_message(sid, Message.assistant(tool_calls=[call])),
+            SessionEvent.for_message(
+                sid, Message.tool(ToolResult(call_id=call.id, name="lookup", content=f"r{n}"))
+            ),
+            SessionEvent.for_message(sid, Message.assistant(f"answer {n}")),
+        ]
+    return events
+
+
+@pytest.fixture(scope="module")
+def long_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two sessions never compacted: `small` (600 events) and `large` (6,000)."""
+    path = tmp_path_factory.mktemp("viewer-long") / "long.db"
+    with SessionService(SqliteStore(path)) as svc:
+        for sid, turns in (("small", 150), ("large", 1500)):
+            svc.create(sid)
+            svc.append_events(sid, _conversation(sid, turns), 0)
+    return path
+
+
+def _pages(c: TestClient, url: str, a: int, b: int, limit: int) -> list[dict]:
+    """Every page of a diff, following `next_offset` from the first."""
+    pages: list[dict] = []
+    offset: int | None = 0
+    while offset is not None:
+        got = c.get(url, params={"a": a, "b": b, "offset": offset, "limit": limit})
+        assert got.status_code == 200, got.text
+        pages.append(got.json())
+        offset = pages[-1]["next_offset"]
+    return pages
+
+
+def test_a_diff_page_is_bounded_by_its_limit_whatever_the_diffs_size(long_db: Path) -> None:
+    with TestClient(create_app(f"sqlite:///{long_db}"), base_url=LOCAL) as c:
+        sizes = {}
+        for sid, events in (("small", 600), ("large", 6000)):
+            api = c.get(f"/api/sessions/{sid}/diff", params={"a": 0, "b": events, "limit": 50})
+            body = api.json()
+            assert body["total_entered"] == events and body["events_b"] == events
+            assert 0 < len(body["entered"]) <= 50 and body["next_offset"] == len(body["entered"])
+            assert (body["tokens_b"] is None) == (events > 2000)  # TOKENS_IN_LIST_UP_TO
+            html = c.get(f"/sessions/{sid}/diff", params={"a": 0, "b": events, "limit": 50})
+            assert html.text.count('class="ev ') == len(body["entered"])
+            assert 'class="next" href="?a=0&amp;b=' in html.text
+            sizes[sid] = (len(api.content), len(html.content))
+        for small, large in zip(sizes["small"], sizes["large"], strict=True):
+            assert large < small * 1.05, sizes  # 10 times the events, the same page
+        pages = _pages(c, "/api/sessions/small/diff", 0, 600, 50)
+        seen = [e["seq"] for p in pages for e in p["entered"]]
+        assert seen == list(range(1, 601))
+        assert all(len(p["entered"]) <= 50 for p in pages)
+        assert [p["prev_offset"] for p in pages[1:]] == [p["offset"] for p in pages[:-1]]
+        last = c.get("/sessions/small/diff", params={"a": 0, "b": 600, "offset": 590}).text
+        assert 'class="next"' not in last and 'class="prev"' in last
+
+
+def test_a_diff_page_never_parts_a_tool_call_from_its_result(long_db: Path, db: Path) -> None:
+    # 50 and 3 rows would cut between a call and its result (rows of four, the call second).
+    for path, url, a, b, limit in (
+        (long_db, "/api/sessions/small/diff", 0, 400, 50),
+        (db, "/api/sessions/demo-summary/diff", 37, 40, 3),  # left, then entered
+    ):
+        with TestClient(create_app(f"sqlite:///{path}"), base_url=LOCAL) as c:
+            pages = _pages(c, url, a, b, limit)
+            whole = c.get(url, params={"a": a, "b": b, "limit": 500}).json()
+        assert whole["next_offset"] is None
+        for name in ("left", "entered"):
+            paged = [e["id"] for p in pages for e in p[name]]
+            assert paged == ids(whole[name])
+        assert len(pages) > 3 and (whole["left"] == [] or sum(bool(p["left"]) for p in pages) > 3)
+        calls = 0
+        for p in pages:
+            assert len(p["left"]) + len(p["entered"]) <= limit
+            for e in p["left"] + p["entered"]:
+                for call in e.get("tool_calls", ()):
+                    calls += 1
+                    assert call["result_seq"] is not None, (url, p["offset"], e["seq"])
+                for result in e.get("tool_results", ()):
+                    assert result["call_seq"] is not None, (url, p["offset"], e["seq"])
+        assert calls > 0
+
+
+def test_a_diff_pages_memory_is_flat_across_pages(long_db: Path) -> None:
+    import tracemalloc
+
+    from turnlog.viewer import data
+
+    def peak(block) -> int:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        block()
+        top = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        return top
+
+    with SessionService(SqliteStore(long_db)) as svc:
+        reading = peak(lambda: data.log_at(svc, "large", 6000))  # what every diff must read
+        with TestClient(create_app(svc), base_url=LOCAL) as c:
+            peaks = {}
+            for offset in (0, 3000, 5900):
+                url = f"/sessions/large/diff?a=0&b=6000&offset={offset}"
+                assert c.get(url).status_code == 200  # tokens counted and cached
+                peaks[offset] = peak(lambda url=url: c.get(url))
+    assert max(peaks.values()) < min(peaks.values()) * 1.25, peaks
+    # The page adds little to reading the log: the whole diff rendered was 3.6 times that.
+    assert max(peaks.values()) < reading * 1.5 + 2**20, (peaks, reading)
+
+
+def test_bad_diff_offsets_and_limits_are_a_400(client: TestClient) -> None:
+    for params in ({"offset": -1}, {"offset": "x"}, {"limit": 0}, {"limit": "many"}):
+        for prefix in ("/api", ""):
+            url = f"{prefix}/sessions/demo-summary/diff"
+            got = client.get(url, params={"a": 1, "b": 40, **params})
+            assert got.status_code == 400, (url, params)
+    past = client.get("/api/sessions/demo-summary/diff", params={"a": 1, "b": 40, "offset": 99})
+    body = past.json()
+    assert body["entered"] == [] and body["next_offset"] is None
+    assert body["prev_offset"] == 0
+    capped = client.get("/api/sessions/demo-summary/diff", params={"a": 1, "b": 40, "limit": 10**6})
+    assert capped.json()["limit"] == 500
+
+
+def test_a_long_message_is_truncated_with_a_link_to_its_whole_text(tmp_path: Path) -> None:
+    from turnlog.viewer.data import TEXT_SHOWN_UP_TO
+
+    text = "start " + "x" * 49_990 + " the-end"
+    svc = SessionService(SqliteStore(tmp_path / "big.db"))
+    svc.create("s")
+    svc.append_message("s", Message.user(text))
+    call = ToolCall(id="c1", name="t", arguments='{"q": "' + "y" * 30_000 + ' args-end"}')
+    svc.append_message("s", Message.assistant(tool_calls=[call]))
+    result = ToolResult(call_id="c1", name="t", content="z" * 30_000 + " result-end")
+    svc.append_message("s", Message.tool(result))
+    with TestClient(create_app(svc), base_url=LOCAL) as c:
+        for url in ("/sessions/s", "/sessions/s/view", "/sessions/s/diff?a=0&b=3"):
+            html = c.get(url).text
+            assert "start xxx" in html and "the-end" not in html, url
+            assert "args-end" not in html and "result-end" not in html, url
+            assert f"the first {TEXT_SHOWN_UP_TO:,} of {len(text):,} characters" in html, url
+            for seq in (1, 2, 3):
+                assert f'href="/sessions/s/events/{seq}/text"' in html, url
+            assert len(html) < 4 * TEXT_SHOWN_UP_TO + 20_000, url
+        whole = c.get("/sessions/s/events/1/text")
+        assert whole.status_code == 200 and whole.text == f"User: {text}"
+        assert whole.headers["content-type"] == "text/plain; charset=utf-8"
+        assert whole.headers["content-security-policy"] == CSP
+        assert "result-end" in c.get("/sessions/s/events/3/text").text
+        assert c.get("/api/sessions/s/log").json()["events"][0]["text"] == text  # JSON: whole
+        for url in (
+            "/sessions/s/events/4/text",
+            "/sessions/s/events/0/text",
+            "/sessions/t/events/1/text",
+        ):
+            assert c.get(url).status_code == 404, url
+        assert c.get("/sessions/s/events/99999999999999999999999/text").status_code == 404
     svc.close()

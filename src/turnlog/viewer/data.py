@@ -414,8 +414,9 @@ def diff(
     """
     version = svc.version(session_id)
     a, b = (max(0, min(x, version)) for x in (a, b))
-    log, end = log_at(svc, session_id, max(a, b))
-    a, b = (end if x == max(a, b) else _write_end(log, x) for x in (a, b))
+    later = max(a, b)
+    log, end = log_at(svc, session_id, later)
+    a, b = (end if x == later else _write_end(log, x) for x in (a, b))
     first = CompactionBoundary.project(log[:a])
     second = CompactionBoundary.project(log[:b])
     del log
