@@ -211,12 +211,18 @@ def test_6_token_budget_one_token_short_cuts_the_older_turn(service):
     assert texts(result.covered_events) == ["u1", "a1"]
 
 
+# the first turn of test 7 outweighs the summary turn that replaces it (69 tokens for 35): a
+# pass whose summary would not be smaller writes nothing (test_a_summary_turn_bigger_...)
+U0 = "u0 what did we decide?"
+A0 = "a0 to keep the log append-only"
+
+
 def test_7_summarizer_with_a_prior_summary(service):
     sid = service.create().id
-    ev = add(service, sid, "u0", "a0", "u1", "a1", "u2", "a2", "u3", "a3")
+    ev = add(service, sid, U0, A0, "u1", "a1", "u2", "a2", "u3", "a3")
     summarizer = Summarizer()
     first = compact(service, sid, CompactionWindow.last_events(6), summarizer)
-    assert texts(first.covered_events) == ["u0", "a0"]
+    assert texts(first.covered_events) == [U0, A0]
     old = service.view(sid)[:2]  # Σold: the synthetic summary turn of the first pass
     assert [e.synthetic for e in old] == [True, True]
     assert texts(old) == ["summarize", "summary 1"]
@@ -238,6 +244,56 @@ def test_7_summarizer_with_a_prior_summary(service):
     assert view[:2] == summary
     assert result.boundary.summary_event_ids == tuple(e.id for e in summary)
     assert result.boundary.strategy == "window:last_events(2)+summary"
+
+
+class FixedSummarizer:
+    """Answers every request with the same summary turn."""
+
+    def __init__(self, shadow, reply):
+        self.turn = [Message.user(shadow), Message.assistant(reply)]
+        self.requests: list[SummaryRequest] = []
+
+    def __call__(self, request):
+        self.requests.append(request)
+        return list(self.turn)
+
+
+def test_a_summary_turn_bigger_than_what_it_covers_writes_nothing(service):
+    sid = service.create().id
+    add(service, sid, "u1", "a1", "u2", "a2")  # the covered turn: 8 + 13 = 21 tokens
+    before = service.events(sid)
+    # "User: summarize" (15) + "Assistant: summary 1" (20): 35 tokens for 21
+    summarizer = FixedSummarizer("summarize", "summary 1")
+
+    result = compact(service, sid, CompactionWindow.last_turns(1), summarizer)
+
+    assert len(summarizer.requests) == 1  # the summarizer was asked; its turn was refused
+    assert_unchanged(service, sid, result, before)
+    assert result.summary == ()
+    assert result.summary_events == ()
+    assert result.tokens_estimated_saved == 0
+    assert result.reason == (
+        "the result would not be smaller than the view (35 tokens would stand in for 21)"
+    )
+
+
+def test_a_summary_turn_as_big_as_what_it_covers_writes_nothing(service):
+    sid = service.create().id
+    add(service, sid, "u1", "a1", "u2", "a2")  # the covered turn: 8 + 13 = 21 tokens
+    before = service.events(sid)
+    # "User: s" (7) + "Assistant: abc" (14): 21 tokens for 21 saves nothing
+    equal = FixedSummarizer("s", "abc")
+
+    result = compact(service, sid, CompactionWindow.last_turns(1), equal)
+
+    assert_unchanged(service, sid, result, before)
+    assert "21 tokens would stand in for 21" in result.reason
+    # one token less is smaller: the pass writes and saves that one token
+    result = compact(service, sid, CompactionWindow.last_turns(1), FixedSummarizer("s", "ab"))
+    assert not result.unchanged
+    assert result.tokens_estimated_saved == 1
+    assert result.reason == ""
+    assert texts(service.view(sid)) == ["s", "ab", "u2", "a2"]
 
 
 # -- more of the one-pass rules ----------------------------------------------------------------
