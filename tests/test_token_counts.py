@@ -38,14 +38,14 @@ class CountingCounter:
         return len(text.split())
 
 
-def talk(svc: SessionService, sid: str, turns: int) -> None:
+def talk(svc: SessionService, sid: str, turns: int, weather: str = "3 C and rain") -> None:
     svc.get_or_create(sid)
     svc.append_message(sid, Message.system("You are terse."))
     for n in range(turns):
         svc.append_message(sid, Message.user(f"question number {n} about the weather"))
         call = ToolCall(f"c{n}", "weather", '{"city": "Oslo"}')
         svc.append_message(sid, Message.assistant(tool_calls=[call]))
-        svc.append_message(sid, Message.tool(ToolResult(call.id, "weather", "3 C and rain")))
+        svc.append_message(sid, Message.tool(ToolResult(call.id, "weather", weather)))
         svc.append_message(sid, Message.assistant(f"answer {n}: it rains"))
 
 
@@ -128,8 +128,9 @@ def test_summary_events_of_a_compaction_are_counted(tmp_path):
     from turnlog import ExtractiveSummarizer
 
     counter = CountingCounter()
+    report = " ".join(["3 C, rain, wind from the west at 20 km/h"] * 10)  # a long tool result
     with SessionService(SqliteStore(tmp_path / "t.db"), token_counter=counter) as svc:
-        talk(svc, "s", 4)
+        talk(svc, "s", 4, weather=report)  # so that the summary is smaller than what it covers
         strategy = WindowCompactionStrategy(
             CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
         )

@@ -190,7 +190,7 @@ def test_after_a_compaction_with_a_summary_the_report_is_stale(service):
     service.append_message(sid, Message.user("last"))
 
     def summarize(request):
-        return [Message.user("summarize"), Message.assistant("they said hello")]
+        return [Message.user("sum"), Message.assistant("hello")]  # 25 for the covered 30
 
     strategy = WindowCompactionStrategy(
         CompactionWindow.last_turns(2), summarizer=summarize, token_counter=COUNTER
@@ -200,7 +200,7 @@ def test_after_a_compaction_with_a_summary_the_report_is_stale(service):
     assert [e.synthetic for e in view] == [False, True, True, False, False, False]
 
     assert latest_report(view) is None
-    summary = len("User: summarize") + len("Assistant: they said hello")
+    summary = len("User: sum") + len("Assistant: hello")
     assert tokens(service, sid) == SYS + summary + U2 + A2 + U3
 
 
