@@ -316,7 +316,8 @@ def test_a_failing_summarizer_is_logged_and_the_reply_stands(harness, caplog):
 
 
 def test_the_stable_prefix_is_marked_for_the_prompt_cache(harness):
-    model = harness.model([f"a{i}" for i in range(5)])
+    # replies long enough for the summary to be smaller than the turns it covers
+    model = harness.model([f"a{i}: " + "it rains in Oslo again. " * 30 for i in range(5)])
     strategy = WindowCompactionStrategy(
         CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
     )

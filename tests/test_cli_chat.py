@@ -254,6 +254,33 @@ def test_a_compaction_line_when_the_token_trigger_fires(
 
 def test_summarize_and_a_turn_trigger(tmp_path, server, provider, capsys, monkeypatch):
     db = tmp_path / "c.db"
+    a1 = "A1: " + "the weather in Oslo is rain and wind." * 8  # longer than its summary
+    stream(server, provider, [a1])
+    stream(server, provider, ["A2"])
+    server.reply_json(PROVIDERS[provider][2]("The user asked q1; the answer was A1."))
+
+    code, out, err = chat(
+        capsys, monkeypatch, db, server, provider,
+        "s1", "--model", "m", "--if-turns", "1", "--last-turns", "1", "--summarize",
+        stdin="q1\nq2\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert out.splitlines()[:2] == [a1, "A2"]
+    assert re.fullmatch(
+        r"\[compacted: 2 events left the view, summary of 2 messages; [\d,]+ -> [\d,]+ .*\]",
+        out.splitlines()[2],
+    ), out
+    assert len(out.splitlines()) == 3
+    _, view = log_of(db, "s1")
+    assert any(e.synthetic and "answer was A1" in (e.message.text or "") for e in view)
+    assert "stream" not in server.requests[-1].body  # the summary call is not streamed
+
+
+def test_a_summary_no_smaller_than_its_turn_is_shown_and_not_written(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    db = tmp_path / "c.db"
     stream(server, provider, ["A1"])
     stream(server, provider, ["A2"])
     server.reply_json(PROVIDERS[provider][2]("The user asked q1; the answer was A1."))
@@ -267,13 +294,12 @@ def test_summarize_and_a_turn_trigger(tmp_path, server, provider, capsys, monkey
     assert code == 0, err
     assert out.splitlines()[:2] == ["A1", "A2"]
     assert re.fullmatch(
-        r"\[compacted: 2 events left the view, summary of 2 messages; [\d,]+ -> [\d,]+ .*\]",
+        r"\[compaction: nothing written, the result would not be smaller than the view "
+        r"\([\d,]+ tokens would stand in for [\d,]+\)\]",
         out.splitlines()[2],
     ), out
-    assert len(out.splitlines()) == 3
-    _, view = log_of(db, "s1")
-    assert any(e.synthetic and "answer was A1" in (e.message.text or "") for e in view)
-    assert "stream" not in server.requests[-1].body  # the summary call is not streamed
+    log, view = log_of(db, "s1")
+    assert not any(e.synthetic for e in log) and len(view) == 4
 
 
 def test_max_tokens_caps_the_replies_not_the_summary(

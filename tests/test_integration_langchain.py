@@ -134,13 +134,14 @@ def every_kind() -> list[BaseMessage]:
     ]
 
 
-def turn(n: int, call: bool = True) -> list[BaseMessage]:
-    """One user turn: a question, a call and its result, and the answer."""
+def turn(n: int, call: bool = True, result: str = "") -> list[BaseMessage]:
+    """One user turn: a question, a call and its result (`result {n}`, then `result`), and the
+    answer."""
     messages: list[BaseMessage] = [HumanMessage(f"question {n}", id=f"h{n}")]
     if call:
         messages += [
             AIMessage("", id=f"c{n}", tool_calls=[{"name": "f", "args": {"n": n}, "id": f"k{n}"}]),
-            ToolMessage(f"result {n}", tool_call_id=f"k{n}", name="f", id=f"t{n}"),
+            ToolMessage(f"result {n}{result}", tool_call_id=f"k{n}", name="f", id=f"t{n}"),
         ]
     return [*messages, AIMessage(f"answer {n}", id=f"a{n}")]
 
@@ -313,13 +314,14 @@ def test_a_summary_comes_back_as_plain_messages(make_history):
             CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
         ),
     )
+    data = ": " + "rows of data " * 30  # results long enough for the summary to be smaller
     for n in range(1, 4):
-        history.add(turn(n))
+        history.add(turn(n, result=data))
     view = history.get()
     assert_paired(view)
     assert isinstance(view[0], HumanMessage) and view[0].id is None  # the shadow prompt
     assert isinstance(view[1], AIMessage) and "question 1" in view[1].text
-    assert view[2:] == turn(3)
+    assert view[2:] == turn(3, result=data)
 
 
 def test_clear_empties_the_view_and_keeps_the_log(make_history):
@@ -748,7 +750,8 @@ def test_the_summary_example_summarizes_with_the_model_it_names(server, monkeypa
             "s", service, trigger=TurnCountTrigger(9), strategy=namespace["strategy"]
         )
         for n in range(10):
-            history.add_messages([HumanMessage(f"question {n}"), AIMessage(f"reply {n}")])
+            reply = f"reply {n}: " + "it rains in Oslo. " * 10  # longer than a summary
+            history.add_messages([HumanMessage(f"question {n}"), AIMessage(reply)])
         assert history.messages[1].content == "Ann asked about the weather."
     assert server.requests[0].body["model"] == "gpt-5-mini"
 

@@ -338,8 +338,9 @@ def test_the_turn_runner_marks_the_summary_and_the_adapter_puts_the_breakpoint_t
     )
     from turnlog.chat import SessionChat
 
+    long = ": " + "it will rain all day. " * 20  # answers longer than their summary
     for text in ("one", "two", "three"):
-        server.reply_json(anthropic_message(f"answer {text}", usage=CACHE_USAGE))
+        server.reply_json(anthropic_message(f"answer {text}{long}", usage=CACHE_USAGE))
     strategy = WindowCompactionStrategy(
         CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer()
     )
@@ -368,7 +369,7 @@ def test_the_turn_runner_marks_the_summary_and_the_adapter_puts_the_breakpoint_t
     assert markers(shadow) == []
     assert summary["role"] == "assistant"
     assert summary["content"][-1]["cache_control"] == EPHEMERAL
-    assert [b["text"] for t in rest for b in t["content"]] == ["two", "answer two", "three"]
+    assert [b["text"] for t in rest for b in t["content"]] == ["two", f"answer two{long}", "three"]
     assert markers(rest) == [EPHEMERAL]
     assert rest[-1]["content"][-1]["cache_control"] == EPHEMERAL
 
@@ -408,7 +409,8 @@ def test_the_docs_examples_mark_the_summary_by_hand(server, capsys, monkeypatch)
         service.append_message(session_id, Message.system("Be brief."))
         for text in ("one", "two"):
             service.append_message(session_id, Message.user(text))
-            service.append_message(session_id, Message.assistant(f"answer {text}"))
+            answer = f"answer {text}: " + "it will rain all day. " * 20  # longer than a summary
+            service.append_message(session_id, Message.assistant(answer))
         service.append_message(session_id, Message.user("three"))
         assert not service.compact(session_id, TurnCountTrigger(1), strategy).unchanged
         namespace = {"service": service, "session_id": session_id, "model": model}
