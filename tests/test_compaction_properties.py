@@ -31,6 +31,7 @@ from turnlog import (
     WindowCompactionStrategy,
     event_text,
 )
+from turnlog.text import message_text
 
 AUDIT = EventType.of("ACME.AUDIT")
 
@@ -82,7 +83,8 @@ def uid():
 
 
 class Summarizer:
-    """Deterministic: a shadow prompt and "summary N"; `declining` returns []."""
+    """Deterministic: a shadow prompt and "summary N" for the N-th request; `declining`
+    returns []."""
 
     def __init__(self, declining=False):
         self.declining = declining
@@ -90,9 +92,17 @@ class Summarizer:
 
     def __call__(self, request):
         self.requests.append(request)
+        return self.reply(len(self.requests))
+
+    def reply(self, n):
+        """The summary turn of the `n`-th request."""
         if self.declining:
             return []
-        return [Message.user("summarize"), Message.assistant(f"summary {len(self.requests)}")]
+        return [Message.user("summarize"), Message.assistant(f"summary {n}")]
+
+    def next_reply(self):
+        """The summary turn this summarizer gives when it is asked next."""
+        return self.reply(len(self.requests) + 1)
 
 
 def apply(service, sid, op, summarizers, check_rules=True):
@@ -256,17 +266,29 @@ def view_parts(view, summarizing):
     return systems, pinned, prior, conversation
 
 
-def expected_pass(view, window, summarizing):
-    """The guide's rules for one pass, written out plainly: (pinned, covered, preserved) ids, or
-    None when the pass leaves the view alone (before asking any summarizer).
+def tokens(texts):
+    """CharCounter over the rendered texts: one token per character."""
+    return sum(len(t) for t in texts)
+
+
+def expected_pass(view, window, summary=None):
+    """The guide's rules for one pass, written out plainly: None when the window keeps the
+    whole view (before asking any summarizer); else a dict of the pinned, covered and
+    preserved ids, the tokens `removed` (the covered events) and `added` (the summary turn),
+    and whether the pass `writes`. `summary`: the summary turn a summarizer answers, or None
+    without one.
 
     1. The latest system message is pinned at the front; earlier ones are covered by a cut.
     2. The events before the first turn (not system, not a summary) are a preamble: pinned.
     3. A prior summary is pinned without a summarizer, covered (and replaced) with one.
     4. The window gives a raw cut in the conversation (the rest, systems left out); it moves
        forward to the next turn start, and back to the newest turn if none is left.
+    5. The pass writes only when its result is smaller: the summary turn (none without a
+       summarizer) must have fewer tokens than the events it covers; an equal size is not
+       smaller, and the view is left alone.
     Pinned events take no event or turn slot and come off a token budget first.
     """
+    summarizing = summary is not None
     systems, pinned, prior, conversation = view_parts(view, summarizing)
     size = window.size
     if window.kind == "last_events":
@@ -288,24 +310,42 @@ def expected_pass(view, window, summarizing):
     if cut == 0:
         return None
     covered = systems[:-1] + conversation[:cut] + (prior if summarizing else [])
-    return (
-        [e.id for e in pinned],
-        sorted(e.id for e in covered),
-        [e.id for e in conversation[cut:]],
-    )
+    removed = tokens(event_text(e) for e in covered)
+    added = tokens(message_text(m) for m in summary or [])
+    return {
+        "pinned": [e.id for e in pinned],
+        "covered": sorted(e.id for e in covered),
+        "preserved": [e.id for e in conversation[cut:]],
+        "removed": removed,
+        "added": added,
+        "writes": added < removed,
+    }
 
 
-def check_against_oracle(op, result, view_before):
+def check_against_oracle(op, result, view_before, summary):
+    """`result` of `op` against the oracle; `summary`: the turn the summarizer was to give."""
     _, window, which = op
-    expected = expected_pass(view_before, window, summarizing=which is not None)
+    expected = expected_pass(view_before, window, summary)
     if expected is None or which == "decline":
         assert result.unchanged
         return
+    if not expected["writes"]:
+        assert result.unchanged
+        figures = f"{expected['added']:,} tokens would stand in for {expected['removed']:,}"
+        assert figures in result.reason
+        return
     assert not result.unchanged
-    pinned, covered, preserved = expected
-    assert [e.id for e in result.pinned_events] == pinned
-    assert sorted(e.id for e in result.covered_events) == covered
-    assert [e.id for e in result.preserved_events] == preserved
+    assert [e.id for e in result.pinned_events] == expected["pinned"]
+    assert sorted(e.id for e in result.covered_events) == expected["covered"]
+    assert [e.id for e in result.preserved_events] == expected["preserved"]
+    assert result.tokens_estimated_saved == expected["removed"] - expected["added"]
+
+
+def outcome(result):
+    """A label for hypothesis' statistics: cut, or why the pass was unchanged."""
+    if not result.unchanged:
+        return "cut"
+    return "unchanged, not smaller" if "not be smaller" in result.reason else "unchanged"
 
 
 def plain_pass(service, sid, window, view):
@@ -328,16 +368,17 @@ def test_random_logs_and_compactions(kind, ops):
             for op in ops:
                 started = started or op[0] == "turn"
                 version = service.version(sid)
-                plain = None
+                plain = summary = None
                 if op[0] == "compact" and op[2] is not None:
                     plain = plain_pass(service, sid, op[1], view)
                     asked = len(summarizers[op[2]].requests)
+                    summary = summarizers[op[2]].next_reply()
                 result = apply(service, sid, op, summarizers, check_rules=started)
                 new_log, new_view = check_log_and_view(service, sid, log)
                 if op[0] == "compact":
-                    event(f"{op[1].kind} {op[2]}: {'unchanged' if result.unchanged else 'cut'}")
+                    event(f"{op[1].kind} {op[2]}: {outcome(result)}")
                     check_pass(op, result, log, view, new_log, new_view, summarizers)
-                    check_against_oracle(op, result, view)
+                    check_against_oracle(op, result, view, summary)
                     if op[2] == "decline":
                         assert result.unchanged and service.version(sid) == version
                     if plain is not None and op[1].kind != "token_budget":
@@ -345,7 +386,7 @@ def test_random_logs_and_compactions(kind, ops):
                         # the plain window cuts, and the same events stay
                         called = len(summarizers[op[2]].requests) > asked
                         assert called == (not plain.unchanged)
-                        if op[2] == "summarize" and called:
+                        if op[2] == "summarize" and not result.unchanged:
                             assert result.preserved_events == plain.preserved_events
                 log, view = new_log, new_view
 
@@ -390,6 +431,7 @@ def test_one_pass_keeps_what_the_oracle_keeps(setup, data):
             exact = sum(len(event_text(e)) for e in pinned + conversation[at:])
             window = CompactionWindow.token_budget(max(1, exact + data.draw(st.integers(-1, 1))))
         op = ("compact", window, which)
+        summary = None if which is None else summarizers[which].next_reply()
         result = apply(service, sid, op, summarizers)
-        event(f"{kind} {which}: {'unchanged' if result.unchanged else 'cut'}")
-        check_against_oracle(op, result, view)
+        event(f"{kind} {which}: {outcome(result)}")
+        check_against_oracle(op, result, view, summary)
