@@ -31,10 +31,27 @@ def add(service, sid, *messages):
     return [service.append_message(sid, m) for m in messages]
 
 
+def question(n):
+    """The n-th question, of a realistic size: a summary turn is smaller than the turns it
+    covers (a pass whose summary would not be smaller writes nothing)."""
+    return (
+        f"question {n}: why does the importer drop the rows after line {n} when the CSV file "
+        "has a quoted field with a newline in it?"
+    )
+
+
+def answer(n):
+    """The n-th answer (see `question`)."""
+    return (
+        f"answer {n}: the reader splits the file on newlines before it parses the quotes; open "
+        f"it with newline='' and let the csv module read it, and the rows after line {n} stay."
+    )
+
+
 def turns(*numbers):
     out = []
     for n in numbers:
-        out += [Message.user(f"question {n}"), Message.assistant(f"answer {n}")]
+        out += [Message.user(question(n)), Message.assistant(answer(n))]
     return out
 
 
@@ -70,7 +87,7 @@ def test_summary_turn_is_a_synthetic_shadow_prompt_and_the_reply(service):
     assert not shadow.starts_turn
     view = service.view(sid)
     assert view[:2] == [shadow, summary]
-    assert [e.message.text for e in view[2:]] == ["question 2", "answer 2"]
+    assert [e.message.text for e in view[2:]] == [question(2), answer(2)]
     assert len(model.calls) == 1
 
 
@@ -141,22 +158,22 @@ def test_prompt_feeds_the_prior_summary_back(service):
     assert DEFAULT_SHADOW_PROMPT not in user
     conversation = user.split("<conversation>")[1].split("</conversation>")[0]
     assert "FIRST SUMMARY" not in conversation
-    assert "question 2" in conversation and "question 1" not in conversation
+    assert question(2) in conversation and question(1) not in conversation
     view = service.view(sid)
     assert [e.message.text for e in view] == [
         DEFAULT_SHADOW_PROMPT,
         "SECOND SUMMARY",
-        "question 3",
-        "answer 3",
+        question(3),
+        answer(3),
     ]
 
 
 @pytest.mark.parametrize(
     ("overlap", "quoted", "not_quoted"),
     [
-        (0, [], ["User: question 3", "Assistant: answer 3"]),
-        (1, ["User: question 3"], ["Assistant: answer 3"]),
-        (2, ["User: question 3", "Assistant: answer 3"], ["User: question 4"]),
+        (0, [], [f"User: {question(3)}", f"Assistant: {answer(3)}"]),
+        (1, [f"User: {question(3)}"], [f"Assistant: {answer(3)}"]),
+        (2, [f"User: {question(3)}", f"Assistant: {answer(3)}"], [f"User: {question(4)}"]),
     ],
 )
 def test_prompt_quotes_the_first_overlap_size_preserved_events(
@@ -188,9 +205,9 @@ def test_prompt_never_includes_stored_system_messages(service):
         service,
         sid,
         Message.system("OLD SYSTEM PROMPT"),
-        Message.user("question 1"),
+        Message.user(question(1)),
         Message.system("NEW SYSTEM PROMPT"),
-        Message.assistant("answer 1"),
+        Message.assistant(answer(1)),
         *turns(2),
     )
     model = scripted(service, ["s"])
@@ -199,19 +216,19 @@ def test_prompt_never_includes_stored_system_messages(service):
 
     assert [e.message.text for e in result.covered_events] == [
         "OLD SYSTEM PROMPT",
-        "question 1",
-        "answer 1",
+        question(1),
+        answer(1),
     ]
     for message in model.calls[0]:
         assert "SYSTEM PROMPT" not in message.text
-    assert "question 1" in prompt_of(model)[1]
+    assert question(1) in prompt_of(model)[1]
     view = service.view(sid)
     assert view[0].message == Message.system("NEW SYSTEM PROMPT")
     assert [e.message.text for e in view[1:]] == [
         DEFAULT_SHADOW_PROMPT,
         "s",
-        "question 2",
-        "answer 2",
+        question(2),
+        answer(2),
     ]
 
 
@@ -224,8 +241,8 @@ def test_a_custom_event_formatter_renders_the_prompt(service):
     compact(service, sid, summarizer)
 
     _, user = prompt_of(model)
-    assert "<<question 1>>\n<<answer 1>>" in user
-    assert "<<question 2>>" in user.split("<continues>")[1]
+    assert f"<<{question(1)}>>\n<<{answer(1)}>>" in user
+    assert f"<<{question(2)}>>" in user.split("<continues>")[1]
 
 
 @pytest.mark.parametrize("reply", ["", "   \n\t", Message.assistant(None, [ToolCall("c", "f")])])
@@ -244,7 +261,7 @@ def test_a_blank_reply_warns_calls_on_failure_and_writes_nothing(service, caplog
     assert service.version(sid) == version
     assert len(model.calls) == 1
     assert len(failures) == 1
-    assert [e.message.text for e in failures[0].covered] == ["question 1", "answer 1"]
+    assert [e.message.text for e in failures[0].covered] == [question(1), answer(1)]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].name == "turnlog.compaction"
