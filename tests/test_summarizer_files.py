@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_summarizer import add, compact, prompt_of, scripted, turns
+from test_summarizer import add, answer, compact, prompt_of, question, scripted, turns
 from turnlog import (
     CharCounter,
     ChatModelSummarizer,
@@ -167,7 +167,7 @@ def test_a_raising_model_warns_calls_on_failure_and_propagates(service, caplog):
     assert service.events(sid) == log
     assert len(failures) == 1
     assert failures[0].session.id == sid
-    assert [e.message.text for e in failures[0].covered] == ["question 1", "answer 1"]
+    assert [e.message.text for e in failures[0].covered] == [question(1), answer(1)]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].name == "turnlog.compaction"
     message = warnings[0].getMessage()
@@ -231,9 +231,19 @@ def test_a_reply_under_the_cap_is_kept_whole(service, caplog):
     sid = service.create().id
     add(service, sid, *turns(1, 2))
     model = scripted(service, ["short"])
+    strategy = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1),
+        summarizer=ChatModelSummarizer(model, max_tokens=300),
+        token_counter=CharCounter(),
+    )
+
+    def more_than_one_turn(request):  # the written view no longer fires it: no refire warning
+        return sum(e.starts_turn for e in request.view) > 1
+
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
-        result = compact(service, sid, ChatModelSummarizer(model, max_tokens=300))
+        result = service.compact(sid, more_than_one_turn, strategy)
     assert result.summary[-1].text == "short"
+    assert not result.refires
     assert not caplog.records
 
 
