@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import turnlog
 import turnlog.compaction
-from test_summarizer import add, turns
+from test_summarizer import add, answer, question, turns
 from turnlog import (
     CharCounter,
     ChatModelSummarizer,
@@ -57,12 +57,25 @@ def call(call_id, name, **args):
     return ToolCall(call_id, name, json.dumps(args))
 
 
+# what read_file returns: the whole file (the summary keeps its first line, as the docs show)
+PARSER_PY = """\
+def parse():
+    # the records on stdin: one a line, fields split at commas
+    records = []
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        records.append(line.rstrip("\\n").split(","))
+    return records
+"""
+
+
 def coding_turn():
     return [
         Message.system("You are a coding assistant."),
         Message.user("Please fix the bug in   parser.py\nthanks"),
         Message.assistant("Looking.", [call("c1", "read_file", path="src/parser.py")]),
-        Message.tool(ToolResult("c1", "read_file", "def parse():\n    ...")),
+        Message.tool(ToolResult("c1", "read_file", PARSER_PY)),
         Message.assistant(
             None,
             [call("c2", "edit_file", path="src/parser.py", old="x", new="y"), call("c3", "test")],
@@ -162,7 +175,8 @@ def test_a_prior_summary_of_another_summarizer_becomes_an_earlier_entry(service)
 
     text = result.summary[-1].text
     assert text.startswith("Summary of turns 1-1 (")
-    assert "Earlier summary:\n- The user asked about X.\nUser requests:\n- T1: question 2" in text
+    earlier = "Earlier summary:\n- The user asked about X.\nUser requests:\n"
+    assert f"{earlier}- T1: {question(2)}" in text
 
 
 def test_the_summary_builds_on_the_prior_one_over_many_passes(service):
@@ -180,12 +194,12 @@ def test_the_summary_builds_on_the_prior_one_over_many_passes(service):
     requests = summary.text.split("User requests:\n")[1].split("\nTool calls:")[0]
     assert requests.splitlines() == [
         "- T1: Please fix the bug in parser.py thanks",
-        *(f"- T{n}: question {n}" for n in range(2, 12)),
+        *(f"- T{n}: {question(n)}" for n in range(2, 12)),
     ]
-    assert "- T11: answer 11" in summary.text
+    assert "- T11: " + answer(11)[:150] in summary.text  # cut at 200 characters
     assert summary.metadata[FILES_METADATA_KEY]["modified"] == ["src/parser.py"]
     assert summary.text.endswith("Files modified:\n- src/parser.py")
-    assert [e.message.text for e in view[3:]] == ["question 12", "answer 12"]
+    assert [e.message.text for e in view[3:]] == [question(12), answer(12)]
 
 
 def test_a_small_cap_keeps_the_newest_entries_on_every_pass(service):
@@ -197,7 +211,7 @@ def test_a_small_cap_keeps_the_newest_entries_on_every_pass(service):
         compact(service, sid, summarizer)
         summary = service.view(sid)[2].message
         assert turn_tokens(CharCounter(), DEFAULT_SHADOW_PROMPT, summary.text) <= cap
-        assert f"- T{n - 2}: question {n - 2}" in summary.text or n == 3
+        assert f"- T{n - 2}: {question(n - 2)}" in summary.text or n == 3
         add(service, sid, *turns(n))
     assert "older entries left out to fit the token cap" in summary.text
     assert "T1:" not in summary.text  # the oldest went first

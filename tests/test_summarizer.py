@@ -41,10 +41,13 @@ def question(n):
 
 
 def answer(n):
-    """The n-th answer (see `question`)."""
+    """The n-th answer (see `question`), longer than an extractive summary's entry (200
+    characters), as a model's answers often are."""
     return (
-        f"answer {n}: the reader splits the file on newlines before it parses the quotes; open "
-        f"it with newline='' and let the csv module read it, and the rows after line {n} stay."
+        f"answer {n}: the reader splits the file on newlines before it parses the quotes, so a "
+        "quoted field that holds a newline ends the record early and the rest of the file is "
+        "read as garbage. Open the file with newline='' and let the csv module do the "
+        f"splitting; the rows after line {n} then come through intact."
     )
 
 
