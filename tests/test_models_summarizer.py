@@ -12,6 +12,7 @@ from model_servers import (
     openai_completion,
     openai_error,
 )
+from test_summarizer import answer, question
 from turnlog import (
     ChatModelSummarizer,
     CompactionWindow,
@@ -51,9 +52,10 @@ def server():
 
 
 def conversation():
+    """Three turns of a realistic size: the summary turn is smaller than the two it covers."""
     out = []
     for n in range(3):
-        out += [Message.user(f"question {n}"), Message.assistant(f"answer {n}")]
+        out += [Message.user(question(n)), Message.assistant(answer(n))]
     return out
 
 
@@ -61,11 +63,11 @@ def check_summary_request(provider, body):
     if provider == "openai":
         system, prompt = body["messages"]
         assert system == {"role": "system", "content": DEFAULT_SUMMARY_SYSTEM_PROMPT}
-        assert "User: question 0" in prompt["content"]
+        assert f"User: {question(0)}" in prompt["content"]
     else:
         assert body["system"] == DEFAULT_SUMMARY_SYSTEM_PROMPT
         [prompt] = body["messages"]
-        assert "User: question 0" in prompt["content"][0]["text"]
+        assert f"User: {question(0)}" in prompt["content"][0]["text"]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -86,7 +88,7 @@ def test_a_blocking_adapter_summarizes_under_session_service(server, provider, t
         messages = service.view_messages(sid)
     assert not result.unchanged
     assert messages[1] == Message.assistant("They asked three questions.")
-    assert [m.text for m in messages[2:]] == ["question 2", "answer 2"]
+    assert [m.text for m in messages[2:]] == [question(2), answer(2)]
     check_summary_request(provider, server.last_body())
 
 
