@@ -342,6 +342,35 @@ def test_the_stable_prefix_is_marked_for_the_prompt_cache(harness):
     )
 
 
+def test_a_pair_that_compacts_every_turn_is_warned_about(harness, caplog):
+    """The runner's trigger still fires on the view its pass wrote: a WARNING names the session
+    and the strategy, and the turn's result says `refires`; a roomy trigger warns of nothing."""
+    model = harness.model(["a long enough answer to fill the view up " * 3] * 6)
+    tight = harness.make(
+        model,
+        trigger=TokenCountTrigger(10),  # even one turn is over 10 tokens
+        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    )
+    with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
+        tight.send("s", "q0")
+        turn = tight.send("s", "q1")
+    assert turn.compaction is not None and turn.compaction.refires
+    [warning] = [r for r in caplog.records if "still fires" in r.getMessage()]
+    assert "'s'" in warning.getMessage() and "window:last_turns(1)" in warning.getMessage()
+
+    caplog.clear()
+    roomy = harness.make(
+        model,
+        trigger=TokenCountTrigger(40),  # two turns are over 40 tokens, one is not
+        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    )
+    with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
+        roomy.send("t", "q0")
+        turn = roomy.send("t", "q1")
+    assert turn.compaction is not None and not turn.compaction.unchanged
+    assert not turn.compaction.refires and not caplog.records
+
+
 def test_reported_counts_drive_the_token_trigger(harness):
     # the provider reports 1,000 tokens per call whatever is sent: far above any estimate
     model = harness.model(["ok"] * 4, usage=lambda messages, tools: Usage(1_000, 2, 0))

@@ -19,6 +19,7 @@ from msgspec.structs import replace
 from turnlog import telemetry
 from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, sent_events
 from turnlog.compaction._checks import check_function
+from turnlog.compaction.base import warn_if_refires
 from turnlog.compaction.reported import usage_metadata
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded, VersionConflict
@@ -493,6 +494,7 @@ class AsyncSessionChat:
                 exc_info=telemetry.safe_exc_info(exc),
             )
             return None, exc
+        warn_if_refires(session_id, result)
         return result, None
 
     def __repr__(self) -> str:

@@ -317,7 +317,7 @@ def _cmd_compact(svc: SessionService, args: argparse.Namespace) -> int:
         return 0
     print(f"{session}: compacted with {strategy.name}")
     print_result(result, before, view_tokens(svc.view(args.session)))
-    if result.refires:
+    if result.refires and triggers:  # with no --if-* option, every run compacts anyway
         print(
             "note: the trigger still fires on the compacted view, so the next compact cuts "
             "again; keep the window and the summary under the trigger"

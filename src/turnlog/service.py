@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -558,7 +557,6 @@ class SessionService:
         except VersionConflict:
             return True, result.as_conflict(), view
         if fires(trigger, CompactionRequest.of(session, result.view)):
-            _warn_refires(session.id, strategy)
             result = replace(result, refires=True)
         return True, result, view
 
@@ -569,17 +567,6 @@ class SessionService:
             return LazyEvents.of(self.store.view(session_id))
         result: LazyEvents = lazy(session_id)
         return result
-
-
-def _warn_refires(session_id: str, strategy: CompactionStrategy) -> None:
-    """Log that the trigger still fires on the view a pass wrote: it compacts again next time."""
-    logging.getLogger("turnlog.compaction").warning(
-        "session %r: the trigger still fires on the view %s just wrote, so the next check "
-        "compacts again (a new summary each turn defeats the prompt cache); keep the window "
-        "and the summary well under the trigger (docs/compaction.md, sizing)",
-        session_id,
-        getattr(strategy, "name", type(strategy).__name__),
-    )
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -560,7 +559,6 @@ class AsyncSessionService:
         except VersionConflict:
             return True, result.as_conflict(), view
         if await fires_async(trigger, CompactionRequest.of(session, result.view)):
-            _warn_refires(session.id, strategy)
             result = replace(result, refires=True)
         return True, result, view
 
@@ -571,17 +569,6 @@ class AsyncSessionService:
             return LazyEvents.of(await self.store.view(session_id))
         result: LazyEvents = await lazy(session_id)
         return result
-
-
-def _warn_refires(session_id: str, strategy: CompactionStrategy) -> None:
-    """Log that the trigger still fires on the view a pass wrote: it compacts again next time."""
-    logging.getLogger("turnlog.compaction").warning(
-        "session %r: the trigger still fires on the view %s just wrote, so the next check "
-        "compacts again (a new summary each turn defeats the prompt cache); keep the window "
-        "and the summary well under the trigger (docs/compaction.md, sizing)",
-        session_id,
-        getattr(strategy, "name", type(strategy).__name__),
-    )
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:

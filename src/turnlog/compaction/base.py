@@ -22,6 +22,7 @@ __all__ = [
     "SummaryRequest",
     "count_turns",
     "not_smaller",
+    "warn_if_refires",
 ]
 
 
@@ -122,8 +123,9 @@ class CompactionResult:
     than the view: ..."); "" when the pass wrote."""
     refires: bool = False
     """True when the pass wrote and the trigger still fires on the view it wrote: the next
-    check compacts again at once (a WARNING says so; see "Sizing a trigger and a window" in
-    docs/compaction.md). Set by the service, which asks the trigger once more."""
+    check compacts again at once (the turn runner and the framework adapters log a WARNING;
+    see "Sizing a trigger and a window" in docs/compaction.md). Set by the service, which asks
+    the trigger once more."""
 
     @classmethod
     def nothing(cls, view: Sequence[SessionEvent] = (), reason: str = "") -> CompactionResult:
@@ -145,6 +147,21 @@ class CompactionResult:
 
 NOT_FIRED: Final = "the trigger did not fire"
 """The `reason` of a compaction whose trigger did not fire."""
+
+
+def warn_if_refires(session_id: str, result: CompactionResult) -> None:
+    """Log a WARNING when `result.refires`: for the loops that compact on every turn (the turn
+    runner, the framework adapters), where it means a new summary each turn."""
+    if result.refires and result.boundary is not None:
+        import logging
+
+        logging.getLogger("turnlog.compaction").warning(
+            "session %r: the trigger still fires on the view %s just wrote, so the next turn "
+            "compacts again (a new summary each turn defeats the prompt cache); keep the "
+            "window and the summary well under the trigger (docs/compaction.md, sizing)",
+            session_id,
+            result.boundary.strategy,
+        )
 
 
 def not_smaller(removed: int, added: int) -> str:

@@ -15,6 +15,7 @@ from turnlog.compaction import (
     CompactionStrategy,
     CompactionTrigger,
 )
+from turnlog.compaction.base import warn_if_refires
 from turnlog.errors import InvalidInput, SessionNotFound, VersionConflict
 from turnlog.events import Message, SessionEvent
 from turnlog.service import SessionService
@@ -99,7 +100,9 @@ class Backend:
         if self.trigger is None or self.strategy is None:
             return None
         service = self._sync("aadd_messages / ainvoke")
-        return service.compact(session_id, self.trigger, self.strategy, retries=self.retries)
+        result = service.compact(session_id, self.trigger, self.strategy, retries=self.retries)
+        warn_if_refires(session_id, result)
+        return result
 
     def clear(self, session_id: str) -> None:
         service = self._sync("aclear")
@@ -141,7 +144,11 @@ class Backend:
             return await asyncio.to_thread(self.compact, session_id)
         if self.trigger is None or self.strategy is None:
             return None
-        return await service.compact(session_id, self.trigger, self.strategy, retries=self.retries)
+        result = await service.compact(
+            session_id, self.trigger, self.strategy, retries=self.retries
+        )
+        warn_if_refires(session_id, result)
+        return result
 
     async def aclear(self, session_id: str) -> None:
         service = self.service

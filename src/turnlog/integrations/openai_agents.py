@@ -46,6 +46,7 @@ from turnlog.compaction import (
     CompactionStrategy,
     CompactionTrigger,
 )
+from turnlog.compaction.base import warn_if_refires
 from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, new_id
 from turnlog.service_async import AsyncSessionService
@@ -182,6 +183,7 @@ class TurnlogSession:
             )
             if not self.last_compaction.unchanged:
                 self.compactions.append(self.last_compaction)
+            warn_if_refires(self.session_id, self.last_compaction)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the newest item of `get_items()` out of the view and return it; None when the

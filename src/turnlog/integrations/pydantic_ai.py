@@ -31,6 +31,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
 
 from turnlog.compaction import CompactionStrategy, CompactionTrigger
+from turnlog.compaction.base import warn_if_refires
 from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import SessionEvent
 from turnlog.integrations._pydantic_ai_convert import (
@@ -178,7 +179,8 @@ async def _process_async(
     await _store_async(service, session_id, plan, check_rules)
     await service.get_or_create(session_id)
     if compaction is not None:
-        await service.compact(session_id, compaction[0], compaction[1], retries=2)
+        result = await service.compact(session_id, compaction[0], compaction[1], retries=2)
+        warn_if_refires(session_id, result)
     return to_model_messages(session_id, await service.view(session_id), plan.by_key)
 
 
