@@ -44,6 +44,15 @@ from turnlog.events import (
     ToolResult,
 )
 from turnlog.lazy import LazyEvents
+from turnlog.parts import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Part,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+)
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores import (
@@ -104,6 +113,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "AsyncSessionService",
     "AsyncSessionStore",
+    "AudioPart",
     "CharCounter",
     "ChatModel",
     "ChatModelSummarizer",
@@ -119,13 +129,18 @@ __all__ = [
     "EventType",
     "ExtractiveSummarizer",
     "FileOperations",
+    "FilePart",
     "FilesTouched",
+    "ImagePart",
     "InvalidInput",
     "LazyEvents",
     "MemoryStore",
     "Message",
     "ModelError",
     "O200kCounter",
+    "Part",
+    "ProviderPart",
+    "ReasoningPart",
     "Session",
     "SessionAlreadyExists",
     "SessionEvent",
@@ -135,6 +150,7 @@ __all__ = [
     "SqliteStore",
     "StoreError",
     "SummaryRequest",
+    "TextPart",
     "TiktokenCounter",
     "TokenCount",
     "TokenCountTrigger",

@@ -11,6 +11,16 @@ A tool call is `[id, name, arguments]`; a tool result `[call_id, name, content]`
 `[call_id, name, content, true]` for a failed call (`ToolResult.is_error`, added within format 1:
 bodies without it read as before, and a result that did not fail is still written without it).
 
+A message that holds more than text carries `"parts"`: a list of tagged objects, one per part,
+`{"type": "image", "media_type": ..., "data": <base64>, ...}` (see `turnlog.parts`; fields at
+their default are left out), with `"text"` written beside them (their text, derived), so that a
+reader that predates parts still finds the text. A tool result with parts is
+`[call_id, name, content, is_error, [parts...]]`. Added within format 1: a message of text alone
+is written as before, byte for byte. A part whose `"type"` this version does not know reads back
+as `ProviderPart("unknown", <type>, <the object>)`: the typed decode fails on it, and the body is
+read again by a slower path that rewrites such parts (`_decode_lenient`), so a newer writer's
+parts never make a log unreadable.
+
 A message event counted at append also carries `"tokens": [counter, count]` (`SessionEvent.tokens`,
 added within format 1 like `is_error`: bodies without it read as before, with no count, and a
 reader that predates it ignores it).
@@ -43,6 +53,7 @@ from turnlog.events import (
     shared_token_count,
 )
 from turnlog.lazy import LazyEvents
+from turnlog.parts import PART_KINDS, Part
 
 __all__ = [
     "FORMAT_VERSION",
@@ -78,8 +89,11 @@ class _OutMessage(msgspec.Struct, omit_defaults=True):
 
     role: str
     text: str | None = None
+    parts: tuple[Part, ...] = ()
     tool_calls: list[_Call] = []
-    tool_results: list[tuple[str, str, str] | tuple[str, str, str, bool]] = []
+    tool_results: list[
+        tuple[str, str, str] | tuple[str, str, str, bool] | tuple[str, str, str, bool, Any]
+    ] = []
     metadata: dict[str, Any] = {}
 
 
@@ -108,9 +122,16 @@ class _OutBody(msgspec.Struct, omit_defaults=True):
     tokens: _Tokens | None = None
 
 
+class _Id(msgspec.Struct, array_like=True, gc=False):
+    """A tool call's id, or the call id a tool result answers: the first item of either
+    (the items after it are not read)."""
+
+    id: str
+
+
 class _IdsMessage(msgspec.Struct):
-    tool_calls: list[tuple[str, ...]] = []
-    tool_results: list[tuple[str | bool, ...]] = []
+    tool_calls: list[_Id] = []
+    tool_results: list[_Id] = []
 
 
 class _IdsBody(msgspec.Struct):
@@ -166,9 +187,12 @@ def encode_body(event: SessionEvent) -> bytes:
         message = _OutMessage(
             role=m.role,
             text=m.text,
+            parts=m.parts,
             tool_calls=[_Call(c.id, c.name, c.arguments) for c in m.tool_calls],
             tool_results=[
-                (r.call_id, r.name, r.content, True)
+                (r.call_id, r.name, r.content, r.is_error, r.parts)
+                if r.parts
+                else (r.call_id, r.name, r.content, True)
                 if r.is_error
                 else (r.call_id, r.name, r.content)
                 for r in m.tool_results
@@ -202,7 +226,7 @@ def message_ids(body: bytes | str) -> list[str]:
         raise CorruptData(f"a stored message cannot be read: {exc}") from exc
     if message is None:
         return []
-    return [str(c[0]) for c in message.tool_calls] + [str(r[0]) for r in message.tool_results]
+    return [c.id for c in message.tool_calls] + [r.id for r in message.tool_results]
 
 
 def message_role(body: bytes) -> str | None:
@@ -283,7 +307,10 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
         for (seq, event_id, type_name, micros, synthetic, body), stamp in zip(
             rows, _stamps(rows), strict=True
         ):
-            decoded = _decode_body(body)
+            try:
+                decoded = _decode_body(body)
+            except msgspec.ValidationError as exc:
+                decoded = _decode_lenient(body, exc)  # a part of a kind not known here?
             event_type = _TYPES.get(type_name) or _event_type(type_name)
             message = decoded.message
             if message is None:
@@ -337,6 +364,46 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     finally:
         trust.on = before
     return out
+
+
+def _decode_lenient(body: bytes | str, first: msgspec.ValidationError) -> _Body:
+    """`body`, whose typed decode failed with `first`, decoded with each part of a kind not
+    known here (a newer writer's) turned into a `ProviderPart("unknown", <its type>, <the
+    stored object>)`: the slow path, taken only after the typed decode has failed.
+
+    Raises:
+        msgspec.ValidationError: `first`, when no part of an unknown kind explains it; the
+            typed decode's error again, when the body is damaged besides.
+        msgspec.DecodeError: the body is not JSON.
+    """
+    raw = _any_decoder.decode(body)
+    message = raw.get("message") if isinstance(raw, dict) else None
+    if not isinstance(message, dict):
+        raise first
+    found = _unknown_parts(message.get("parts"))
+    results = message.get("tool_results")
+    if isinstance(results, list):
+        for result in results:
+            if isinstance(result, list) and len(result) > 4:
+                found += _unknown_parts(result[4])
+    if not found:
+        raise first
+    return _decode_body(_encoder.encode(raw))
+
+
+def _unknown_parts(parts: Any) -> int:
+    """Rewrite in place each part in the list `parts` whose type is not known here as a
+    provider part holding it; the count rewritten."""
+    if not isinstance(parts, list):
+        return 0
+    found = 0
+    for i, part in enumerate(parts):
+        if isinstance(part, dict):
+            kind = part.get("type")
+            if isinstance(kind, str) and kind not in PART_KINDS and kind.strip():
+                parts[i] = {"type": "provider", "provider": "unknown", "kind": kind, "data": part}
+                found += 1
+    return found
 
 
 def lazy_events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> LazyEvents:

@@ -1,12 +1,13 @@
 """Messages, events and sessions: the plain, immutable records of a conversation.
 
-A leaf module: it imports nothing from turnlog but the errors, never reads the clock and does no
-I/O. Timestamps are assigned by the store when an event is appended (or passed by the caller).
+A leaf module: it imports nothing from turnlog but the errors and the content parts
+(`turnlog.parts`, the leaf below it, which also holds the text and JSON checks used here), never
+reads the clock and does no I/O. Timestamps are assigned by the store when an event is appended
+(or passed by the caller).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import uuid
@@ -19,6 +20,18 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from turnlog.errors import InvalidInput
+from turnlog.parts import (
+    JsonValue,
+    Part,
+    TextPart,
+    _check_text,
+    _Checked,
+    check_json,
+    check_parts,
+    only_text,
+    part_text,
+    plain_json,
+)
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -41,30 +54,15 @@ __all__ = [
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
-JsonValue: TypeAlias = Any
-"""A value that JSON can carry: dict with str keys, list, str, int, finite float, bool or None."""
 
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_ID_LENGTH: Final = 255
 _EMPTY: Final[Mapping[str, JsonValue]] = {}
-_SURROGATE: Final = re.compile("[\\ud800-\\udfff]")
 _CONTROL: Final = re.compile("[\\x00-\\x1f\\x7f-\\x9f]")
 MIN_TIMESTAMP: Final = datetime(1, 1, 2, tzinfo=UTC)
 """The earliest timestamp a store accepts: every store reads it back in any time zone."""
 MAX_TIMESTAMP: Final = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 """The latest timestamp a store accepts (one day inside what Python's datetime can hold)."""
-
-
-def _check_text(value: object, what: str) -> str:
-    """Return `value` if it is a string that UTF-8 can carry, else raise `InvalidInput`."""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
-    if _SURROGATE.search(value):
-        raise InvalidInput(
-            f"{what} holds a lone surrogate code point, which UTF-8 cannot store: "
-            "decode the text with errors='replace' first"
-        )
-    return value
 
 
 def new_id() -> str:
@@ -123,54 +121,6 @@ def check_timestamp(value: object, what: str) -> datetime:
     return utc
 
 
-def check_json(value: object, what: str) -> bool:
-    """Raise `InvalidInput` unless `value` is plain JSON (see `JsonValue`).
-
-    Returns:
-        True when `value` holds a tuple, which stores give back as a list (see `plain_json`).
-    """
-    has_tuple = False
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > 64:
-            raise InvalidInput(f"{what} is nested more than 64 levels deep")
-        if isinstance(item, str):
-            _check_text(item, what)
-            continue
-        if item is None or isinstance(item, (bool, int)):
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise InvalidInput(f"{what} holds {item!r}, which JSON cannot carry")
-            continue
-        if isinstance(item, (list, tuple)):
-            has_tuple = has_tuple or isinstance(item, tuple)
-            stack.extend((v, depth + 1) for v in item)
-            continue
-        if isinstance(item, dict):
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    raise InvalidInput(f"{what} has a non-string key {k!r}; JSON keys are strings")
-                _check_text(k, what)
-                stack.append((v, depth + 1))
-            continue
-        raise InvalidInput(
-            f"{what} holds a {type(item).__name__}, which is not JSON: "
-            "use dicts, lists, strings, numbers, booleans and None"
-        )
-    return has_tuple
-
-
-def plain_json(value: JsonValue) -> JsonValue:
-    """`value` (checked JSON) with every tuple turned into a list, as every store returns it."""
-    if isinstance(value, (list, tuple)):
-        return [plain_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain_json(v) for k, v in value.items()}
-    return value
-
-
 class _Trust(threading.local):
     """Whether `SessionEvent` and `TokenCount` records built on this thread skip their checks.
 
@@ -199,19 +149,6 @@ def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, 
     return as_dict
 
 
-class _Checked(msgspec.StructMeta):
-    """The metaclass of the records msgspec decodes from a stored body (`ToolCall`,
-    `ToolResult`, `Message`): building one in the application runs its `_check`; the decoder,
-    which types every field in C and builds the records without calling the class, does not,
-    so a whole-log read runs no Python per message. (`msgspec.structs.replace` does not check
-    either: build a new record to have it checked.)"""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        record = super().__call__(*args, **kwargs)
-        record._check()
-        return record
-
-
 class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False, metaclass=_Checked):
     """A call the assistant asks the application to make."""
 
@@ -229,16 +166,24 @@ class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False, metaclass
 
 
 class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False, metaclass=_Checked):
-    """The application's answer to one `ToolCall`."""
+    """The application's answer to one `ToolCall`.
+
+    A result that is more than text (an image a tool returns) carries `parts`; its `content` is
+    then the text of its text parts (the same rule as `Message.text`).
+    """
 
     call_id: str
     """The id of the call this answers."""
     name: str
     """The tool's name."""
     content: str
-    """What the tool returned, as text (for a failed call: what went wrong)."""
+    """What the tool returned, as text (for a failed call: what went wrong). With `parts`: the
+    texts of its text parts joined with "" (pass "" to have it derived)."""
     is_error: bool = False
     """True when the tool failed and `content` describes the failure."""
+    parts: tuple[Part, ...] = ()
+    """The result's parts in order, text parts included, when it holds more than text (images,
+    files, audio, provider parts; never reasoning); empty for a result of text alone."""
 
     def _check(self) -> None:
         _check_text(self.call_id, "a tool result's call_id")
@@ -248,21 +193,48 @@ class ToolResult(msgspec.Struct, frozen=True, array_like=True, gc=False, metacla
             raise InvalidInput(
                 f"a tool result's is_error must be a bool, got {type(self.is_error).__name__}"
             )
+        if not self.parts and isinstance(self.parts, tuple):
+            return
+        parts = check_parts(self.parts, "a tool result's parts", reasoning=False)
+        if not parts:
+            force_setattr(self, "parts", ())
+            return
+        derived = part_text(parts) or ""
+        if self.content not in ("", derived):
+            raise InvalidInput(
+                f"a tool result's content {_clip(self.content)} differs from the text of its "
+                f"parts {_clip(derived)}: pass content='' and put the text in the parts as "
+                "TextParts"
+            )
+        force_setattr(self, "content", derived)
+        force_setattr(self, "parts", () if only_text(parts) else parts)
 
 
 class Message(msgspec.Struct, frozen=True, metaclass=_Checked):
-    """One chat message. Use the constructors `system`, `user`, `assistant` and `tool`."""
+    """One chat message. Use the constructors `system`, `user`, `assistant` and `tool`.
+
+    A message is text, or parts. One that holds more than text (an image, a file, audio,
+    reasoning, a provider's block) keeps all its parts in order in `parts`, text parts
+    included, and its `text` is derived from them: their texts joined with "", or None when
+    there is no text part. A message of text alone keeps `parts` empty however it was built,
+    so that it is stored and compared exactly as before parts existed. Equality is field by
+    field (parts part by part, bytes by value).
+    """
 
     role: Role
     """Who speaks: "system", "user", "assistant" or "tool"."""
     text: str | None = None
-    """The text; None for an assistant message that only calls tools, and for a tool message."""
+    """The text; None for an assistant message that only calls tools, for a tool message, and
+    for a message whose parts hold no text. With `parts`: derived from them."""
     tool_calls: tuple[ToolCall, ...] = ()
     """The calls an assistant message makes."""
     tool_results: tuple[ToolResult, ...] = ()
     """The results a tool message carries; several for parallel calls."""
     metadata: Mapping[str, JsonValue] = {}
     """Free-form JSON the application attaches."""
+    parts: tuple[Part, ...] = ()
+    """The message's parts in order, text parts included, when it holds more than text; empty
+    for a message of text alone. A tool message carries its parts in its results."""
 
     def _check(self) -> None:
         if self.role not in ROLES:
@@ -287,21 +259,72 @@ class Message(msgspec.Struct, frozen=True, metaclass=_Checked):
                 raise InvalidInput(
                     f"tool_results must hold ToolResult, got {type(result).__name__}"
                 )
+        if self.parts or not isinstance(self.parts, tuple):
+            self._check_parts()
         force_setattr(self, "metadata", _metadata(self.metadata, "message metadata"))
 
-    @classmethod
-    def system(cls, text: str) -> Message:
-        """A system prompt."""
-        return cls("system", text)
+    def _check_parts(self) -> None:
+        parts = check_parts(self.parts, "message parts", reasoning=self.role == "assistant")
+        if not parts:
+            force_setattr(self, "parts", ())
+            return
+        if self.role == "tool":
+            raise InvalidInput(
+                "a tool message carries its parts in its results: ToolResult(..., parts=...)"
+            )
+        derived = part_text(parts)
+        if self.text is not None and self.text != derived:
+            raise InvalidInput(
+                f"message text {_clip(self.text)} differs from the text of its parts "
+                f"{_clip(derived)}: leave text out and put it in the parts as a TextPart (a "
+                "str given to Message.user, Message.system or Message.assistant(parts=...) "
+                "becomes one)"
+            )
+        force_setattr(self, "text", derived)
+        force_setattr(self, "parts", () if only_text(parts) else parts)
 
     @classmethod
-    def user(cls, text: str) -> Message:
-        """A user message."""
-        return cls("user", text)
+    def system(cls, *content: str | Part) -> Message:
+        """A system prompt, `Message.system("Be brief.")`; or text and parts in order (a str
+        becomes a `TextPart`).
+
+        Raises:
+            InvalidInput: no content, or an item that is neither a str nor a part.
+        """
+        return cls._of("system", content)
 
     @classmethod
-    def assistant(cls, text: str | None = None, tool_calls: Sequence[ToolCall] = ()) -> Message:
-        """An assistant reply: text, tool calls, or both."""
+    def user(cls, *content: str | Part) -> Message:
+        """A user message, `Message.user("hi")`; or text and parts in order (a str becomes a
+        `TextPart`): `Message.user("What is this?", ImagePart("image/png", data=png))`.
+
+        Raises:
+            InvalidInput: no content, or an item that is neither a str nor a part.
+        """
+        return cls._of("user", content)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str | None = None,
+        tool_calls: Sequence[ToolCall] = (),
+        *,
+        parts: Sequence[str | Part] = (),
+    ) -> Message:
+        """An assistant reply: text, tool calls, or both; or, instead of `text`, `parts` in
+        order (a str becomes a `TextPart`) for a reply holding reasoning, images or a
+        provider's blocks: `Message.assistant(parts=[ReasoningPart(...), "It is 3 C."])`.
+
+        Raises:
+            InvalidInput: both `text` and `parts`, or an item that is not a part.
+        """
+        if parts:
+            if text is not None:
+                raise InvalidInput(
+                    "give the assistant's text as text or among its parts, not both: "
+                    "Message.assistant(parts=[..., 'the text'])"
+                )
+            return cls("assistant", None, tuple(tool_calls), parts=_as_parts(parts))
         return cls("assistant", text, tuple(tool_calls))
 
     @classmethod
@@ -310,6 +333,29 @@ class Message(msgspec.Struct, frozen=True, metaclass=_Checked):
         if isinstance(results, ToolResult):
             results = (results,)
         return cls("tool", None, tool_results=tuple(results))
+
+    @classmethod
+    def _of(cls, role: Role, content: tuple[str | Part, ...]) -> Message:
+        if len(content) == 1 and isinstance(content[0], str):
+            return cls(role, content[0])  # text alone, as before parts
+        if not content:
+            raise InvalidInput(
+                f"Message.{role}() needs content: text, parts, or both (Message.{role}('hello'))"
+            )
+        return cls(role, parts=_as_parts(content))
+
+
+def _as_parts(content: Sequence[str | Part]) -> tuple[Part, ...]:
+    if isinstance(content, str):
+        return (TextPart(content),)
+    return tuple(TextPart(c) if isinstance(c, str) else c for c in content)
+
+
+def _clip(value: str | None) -> str:
+    """`value` for an error message: at most 40 characters of it."""
+    if value is None:
+        return "(no text)"
+    return repr(value if len(value) <= 40 else value[:40] + "...")
 
 
 _TYPE_NAME: Final = re.compile(r"[A-Z][A-Z0-9_.]{0,63}")
