@@ -343,25 +343,36 @@ def test_the_stable_prefix_is_marked_for_the_prompt_cache(harness):
 
 
 def test_a_pair_that_compacts_every_turn_is_warned_about(harness, caplog):
-    """The runner's trigger still fires on the view its pass wrote: a WARNING names the session
-    and the strategy, and the turn's result says `refires`; a roomy trigger warns of nothing."""
-    model = harness.model(["a long enough answer to fill the view up " * 3] * 6)
-    tight = harness.make(
-        model,
-        trigger=TokenCountTrigger(10),  # even one turn is over 10 tokens
-        strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
+    """The runner's trigger still fires on the view its pass wrote, which summarized: a WARNING
+    names the session and the strategy (a summary each turn), and the turn's result says
+    `refires`. A plain window that cuts every turn is flagged but costs no model call, so it
+    is not warned about; a roomy trigger is not flagged."""
+    model = harness.model(["a long enough answer to fill the view up with words " * 8] * 9)
+    summarizing = WindowCompactionStrategy(
+        CompactionWindow.last_turns(1), summarizer=ExtractiveSummarizer(max_tokens=60)
     )
+    tight = harness.make(model, trigger=TokenCountTrigger(10), strategy=summarizing)
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
         tight.send("s", "q0")
         turn = tight.send("s", "q1")
     assert turn.compaction is not None and turn.compaction.refires
+    assert turn.compaction.summary_events
     [warning] = [r for r in caplog.records if "still fires" in r.getMessage()]
-    assert "'s'" in warning.getMessage() and "window:last_turns(1)" in warning.getMessage()
+    assert "'s'" in warning.getMessage()
+    assert "window:last_turns(1)+summary" in warning.getMessage()
 
     caplog.clear()
+    plain = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    cutting = harness.make(model, trigger=TokenCountTrigger(10), strategy=plain)
+    with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):
+        cutting.send("p", "q0")
+        turn = cutting.send("p", "q1")
+    assert turn.compaction is not None and turn.compaction.refires
+    assert not caplog.records
+
     roomy = harness.make(
         model,
-        trigger=TokenCountTrigger(40),  # two turns are over 40 tokens, one is not
+        trigger=TokenCountTrigger(100),  # two turns are over 100 tokens, one is not
         strategy=WindowCompactionStrategy(CompactionWindow.last_turns(1)),
     )
     with caplog.at_level(logging.WARNING, logger="turnlog.compaction"):

@@ -31,7 +31,7 @@ from turnlog.compaction import (
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
-from turnlog.compaction.base import NOT_FIRED
+from turnlog.compaction.base import NOT_SMALLER
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
 from turnlog.events import check_id
 from turnlog.models.base import Usage
@@ -249,9 +249,14 @@ class _Recorder:
     def __init__(self, trigger: CompositeCompactionTrigger | None) -> None:
         self.trigger = trigger
         self.before = 0
+        # True until the first ask of a turn: the service asks once more after a pass, on the
+        # view it wrote, and that ask must not replace the tokens of the view before it
+        self.fresh = True
 
     def __call__(self, request: CompactionRequest) -> bool:
-        self.before = view_tokens(request.view)
+        if self.fresh:
+            self.before = view_tokens(request.view)
+            self.fresh = False
         if self.trigger is None:
             return True  # a window alone: the strategy leaves a view that fits unchanged
         return self.trigger(request)
@@ -298,7 +303,7 @@ def compaction_line(result: CompactionResult, before: int) -> str | None:
     if result.conflict:
         return "[compaction skipped: another writer appended meanwhile; the next turn retries]"
     if result.unchanged:
-        if result.reason in ("", NOT_FIRED):
+        if not result.reason.startswith(NOT_SMALLER):  # the trigger did not fire, or it fits
             return None
         return f"[compaction: nothing written, {visible(result.reason)}]"
     after = view_tokens(result.view)
@@ -480,6 +485,7 @@ def _turn(
     """One turn, printed as it happens; False when it failed (the error line printed)."""
     out = _Printer()
     warnings.pending.clear()
+    recorder.fresh = True
     try:
         for event in chat.stream(args.session, text):
             if isinstance(event, str):

@@ -14,6 +14,7 @@ from turnlog.tokens import TokenCounter
 
 __all__ = [
     "NOT_FIRED",
+    "NOT_SMALLER",
     "CompactionRequest",
     "CompactionResult",
     "CompactionStrategy",
@@ -150,9 +151,10 @@ NOT_FIRED: Final = "the trigger did not fire"
 
 
 def warn_if_refires(session_id: str, result: CompactionResult) -> None:
-    """Log a WARNING when `result.refires`: for the loops that compact on every turn (the turn
-    runner, the framework adapters), where it means a new summary each turn."""
-    if result.refires and result.boundary is not None:
+    """Log a WARNING when `result.refires` and the pass wrote a summary: for the loops that
+    compact on every turn (the turn runner, the framework adapters), where it means a new
+    summary, a model call, each turn. (A plain window that cuts every turn costs no call.)"""
+    if result.refires and result.boundary is not None and result.summary_events:
         import logging
 
         logging.getLogger("turnlog.compaction").warning(
@@ -164,12 +166,13 @@ def warn_if_refires(session_id: str, result: CompactionResult) -> None:
         )
 
 
+NOT_SMALLER: Final = "the result would not be smaller than the view"
+"""How the `reason` of a pass that would not shrink the view starts."""
+
+
 def not_smaller(removed: int, added: int) -> str:
     """The reason of a pass that would not shrink the view: `added` tokens for `removed`."""
-    return (
-        f"the result would not be smaller than the view ({added:,} tokens would stand in "
-        f"for {removed:,})"
-    )
+    return f"{NOT_SMALLER} ({added:,} tokens would stand in for {removed:,})"
 
 
 def _frozen(view: Sequence[SessionEvent]) -> Sequence[SessionEvent]:
