@@ -8,6 +8,11 @@ real sockets through `base_url`. Builders below write bodies exactly as each pro
 Like llama-cpp-python's server, it answers 500 to a Chat Completions request holding a message
 whose `content` is null (`null_content`), and keeps the scripted reply for the next request.
 (`refuse_null_content = False` lets it pass, for clients that send null, e.g. LangChain's.)
+
+Like the Messages API, it answers 400 to a request with thinking enabled whose thinking blocks
+are not the ones it issued, or whose final assistant message (in a tool loop) does not start
+with the thinking blocks it issued with those tool_use blocks (`thinking_refusal`); the scripted
+reply waits for the next request. (`enforce_thinking = False` turns the check off.)
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ class ScriptedServer:
         self.aborted = 0
         self.refuse_null_content = True
         """Answer 500 to a null message content, as llama-cpp-python's server does."""
+        self.enforce_thinking = True
+        """Answer 400 as the Messages API does to thinking blocks not passed back unmodified."""
+        self.issued: list[Issued] = []
+        """The thinking blocks and tool_use ids of each Messages reply sent (JSON or SSE)."""
         self.rewrite: Callable[[Request, Reply], Reply] | None = None
         """Called with each request and the scripted reply; returns the reply to send (a
         server that computes part of its reply from the request, e.g. `CountingServer`)."""
@@ -84,8 +93,21 @@ class ScriptedServer:
                 if refused is not None:
                     server.replies.appendleft(reply)  # it waits for a request the server takes
                     reply = Reply(500, json.dumps(openai_error(500, refused)).encode())
+                refused = (
+                    thinking_refusal(body, server.issued)
+                    if server.enforce_thinking and self.path.endswith("/messages")
+                    else None
+                )
+                if refused is not None:
+                    server.replies.appendleft(reply)
+                    error = anthropic_error("invalid_request_error", refused)
+                    reply = Reply(400, json.dumps(error).encode())
                 if server.rewrite is not None:
                     reply = server.rewrite(server.requests[-1], reply)
+                if self.path.endswith("/messages") and reply.status == 200:
+                    issued = issued_by(reply)
+                    if issued is not None:
+                        server.issued.append(issued)
                 if reply.sse is None and reply.delay and server._stop.wait(reply.delay):
                     return
                 self.send_response(reply.status)
@@ -278,8 +300,12 @@ def anthropic_message(
     model: str = "claude-test-2025",
     stop_reason: str | None = None,
     usage: dict | None = None,
+    thinking: list[dict] = (),
 ) -> dict:
-    content: list[dict] = [{"type": "text", "text": text}] if text else []
+    """A Messages reply: `thinking` blocks (`thinking_block`, `redacted_block`) first, then the
+    text and the tool_use blocks."""
+    content: list[dict] = list(thinking)
+    content += [{"type": "text", "text": text}] if text else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
     return {
         "id": "msg_1",
@@ -305,9 +331,12 @@ def anthropic_events(
     *,
     model: str = "claude-test-2025",
     usage: dict | None = None,
+    thinking: list[dict] = (),
 ) -> list[tuple[str | None, Any]]:
     """A streamed reply as the Messages API sends it (named SSE events); `usage` is the
-    prompt's counts in message_start."""
+    prompt's counts in message_start. `thinking` blocks come first: a thinking block as its
+    start (empty), two thinking_delta events and a signature_delta; a redacted_thinking block
+    whole in its content_block_start."""
     start = anthropic_message(None, model=model, stop_reason="end_turn")
     start["stop_reason"] = None
     start["usage"] = usage or {
@@ -320,13 +349,39 @@ def anthropic_events(
         ("message_start", {"type": "message_start", "message": start})
     ]
     index = 0
+    for block in thinking:
+        start_block = (
+            dict(block, thinking="", signature="") if block["type"] == "thinking" else block
+        )
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start_block},
+            )
+        )
+        if block["type"] == "thinking":
+            half = len(block["thinking"]) // 2
+            deltas_ = [
+                {"type": "thinking_delta", "thinking": block["thinking"][:half]},
+                {"type": "thinking_delta", "thinking": block["thinking"][half:]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+            events += [
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": d},
+                )
+                for d in deltas_
+            ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     if deltas:
         events.append(
             (
                 "content_block_start",
                 {
                     "type": "content_block_start",
-                    "index": 0,
+                    "index": index,
                     "content_block": {"type": "text", "text": ""},
                 },
             )
@@ -337,14 +392,14 @@ def anthropic_events(
                 "content_block_delta",
                 {
                     "type": "content_block_delta",
-                    "index": 0,
+                    "index": index,
                     "delta": {"type": "text_delta", "text": d},
                 },
             )
             for d in deltas
         ]
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-        index = 1
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     for call_id, name, pieces in tool_uses:
         events.append(
             (
@@ -384,6 +439,141 @@ def anthropic_events(
     )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+def thinking_block(text: str, signature: str) -> dict:
+    return {"type": "thinking", "thinking": text, "signature": signature}
+
+
+def redacted_block(data: str) -> dict:
+    return {"type": "redacted_thinking", "data": data}
+
+
+@dataclass
+class Issued:
+    """What one Messages reply of the server carried: its thinking blocks in order (only
+    their fields the API checks) and the ids of its tool_use blocks."""
+
+    thinking: list[dict]
+    tool_use_ids: set[str]
+
+
+_THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
+def _checked(block: dict) -> dict:
+    """The fields of a thinking or redacted_thinking block the API checks."""
+    keys = ("type", "thinking", "signature") if block["type"] == "thinking" else ("type", "data")
+    return {k: block.get(k) for k in keys}
+
+
+def _sse_blocks(chunks: list[bytes]) -> list[dict]:
+    """The content blocks a streamed Messages reply assembles."""
+    blocks: dict[int, dict] = {}
+    for chunk in chunks:
+        for line in chunk.decode().splitlines():
+            if not line.startswith("data: "):
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "content_block_start":
+                blocks[event["index"]] = dict(event["content_block"])
+            elif event.get("type") == "content_block_delta":
+                block, delta = blocks[event["index"]], event["delta"]
+                if delta.get("type") == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                elif delta.get("type") == "signature_delta":
+                    block["signature"] = delta["signature"]
+    return [blocks[i] for i in sorted(blocks)]
+
+
+def issued_by(reply: Reply) -> Issued | None:
+    """The thinking blocks and tool_use ids of a Messages reply; None for a body that is not
+    a message."""
+    if reply.sse is not None:
+        content = _sse_blocks(reply.sse)
+    else:
+        try:
+            body = json.loads(reply.body)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("content"), list):
+            return None
+        content = body["content"]
+    thinking = [_checked(b) for b in content if b.get("type") in _THINKING_TYPES]
+    ids = {b["id"] for b in content if b.get("type") == "tool_use"}
+    return Issued(thinking, ids)
+
+
+FINAL_MUST_START_WITH_THINKING = (
+    "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+
+
+def thinking_refusal(body: Any, issued: list[Issued]) -> str | None:
+    """What the Messages API says (400) to `body` when thinking is enabled and its thinking
+    blocks were not passed back as issued; None when it passes.
+
+    - every thinking or redacted_thinking block sent must be one the server issued, unchanged
+      (a changed signature, text or data is refused);
+    - when the last user turn carries tool_result blocks, the last assistant message must start
+      with a thinking block, and its leading thinking blocks must be exactly those the server
+      issued with its tool_use blocks, in order (none left out).
+    """
+    if not isinstance(body, dict):
+        return None
+    config = body.get("thinking")
+    if not isinstance(config, dict) or config.get("type") not in ("enabled", "adaptive"):
+        return None
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    known = [b for i in issued for b in i.thinking]
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
+            if block.get("type") in _THINKING_TYPES and _checked(block) not in known:
+                field = "signature" if block["type"] == "thinking" else "data"
+                return f"messages.{i}.content.{j}: Invalid `{field}` in `{block['type']}` block"
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    content = last_user.get("content") if last_user else None
+    if not isinstance(content, list) or not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):
+        return None
+    assistants = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not assistants:
+        return None
+    at = assistants[-1]
+    blocks = messages[at].get("content")
+    if isinstance(blocks, str):
+        blocks = [{"type": "text", "text": blocks}]
+    if not blocks or blocks[0].get("type") not in _THINKING_TYPES:
+        found = blocks[0].get("type") if blocks else "nothing"
+        return FINAL_MUST_START_WITH_THINKING.format(i=at, found=found)
+    ids = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+    origin = next((x for x in issued if ids and ids <= x.tool_use_ids), None)
+    if origin is not None:
+        leading = []
+        for block in blocks:
+            if block.get("type") not in _THINKING_TYPES:
+                break
+            leading.append(_checked(block))
+        if leading != origin.thinking:
+            return (
+                f"messages.{at}: the thinking blocks of the final assistant message must be "
+                "passed back complete and unmodified, in order, before its tool_use blocks"
+            )
+    return None
 
 
 # -- driving both twins from one test ------------------------------------------------------------

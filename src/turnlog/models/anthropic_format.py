@@ -5,13 +5,19 @@ Pure: no `anthropic` import, no I/O; shared by `AsyncAnthropicChatModel` and
 
 The mapping:
 
-- system messages -> the top-level `system` field (several are joined by a blank line);
-- a user message -> `{"role": "user", "content": [{"type": "text", "text"}]}`;
+- system messages -> the top-level `system` field (several are joined by a blank line); it
+  takes text only, so a part that is not text goes as its note (`turnlog.text.part_note`);
+- a user message -> `{"role": "user", "content": [{"type": "text", "text"}]}`, or, with parts,
+  one block per part in order (images, documents: see `turnlog.models.anthropic_parts`);
 - an assistant message -> `{"role": "assistant", "content": [text block (when the text is not
   empty), tool_use blocks {"id", "name", "input"}]}`, `input` being the call's arguments parsed
-  (arguments that are not a JSON object are sent as `{"arguments": <the string>}`);
+  (arguments that are not a JSON object are sent as `{"arguments": <the string>}`); with parts,
+  its parts' blocks in order (thinking and redacted_thinking exactly as received, Anthropic's
+  provider blocks; another provider's reasoning and blocks are left out), then the tool_use
+  blocks;
 - a tool message -> a user turn of `tool_result` blocks `{"tool_use_id", "content",
-  "is_error": true when the call failed}`;
+  "is_error": true when the call failed}`, the content a list of text, image and document
+  blocks for a result with parts;
 - consecutive turns of the same role are merged into one (the API wants user and assistant to
   alternate): a tool message and the user message after it become one user turn, its
   tool_result blocks first.
@@ -20,8 +26,9 @@ With prompt caching (`to_anthropic_cached`), the same turns carry `cache_control
 on the system prompt, at the end of the stable prefix and on the last block.
 
 Back from the wire, each user turn splits into its tool message (the tool_result blocks) and
-one user message per text block; an assistant turn splits where a text block follows other
-content; tool names are read back from the calls; arguments are written as compact JSON.
+a user message at each text block after a text; an assistant turn splits where text follows a
+text or a call, or reasoning follows other content; tool names are read back from the calls;
+arguments are written as compact JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from turnlog.events import Message, ToolCall, ToolResult
+from turnlog.models.anthropic_parts import block_part, part_block
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatResponse,
@@ -41,6 +49,8 @@ from turnlog.models.base import (
     field_of,
     whole_reply,
 )
+from turnlog.parts import Part, ReasoningPart, TextPart
+from turnlog.text import part_note
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
@@ -55,6 +65,9 @@ __all__ = [
 
 CACHE_CONTROL: Final = "cache_control"
 """The key of a block's cache breakpoint in the Messages API."""
+
+
+_UNMARKABLE: Final = frozenset({"thinking", "redacted_thinking"})
 
 
 def _ephemeral() -> dict[str, Any]:
@@ -74,20 +87,38 @@ def _input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"arguments": arguments}
 
 
+def _system_text(m: Message) -> str:
+    """A system message's text; a part that is not text as its note, on a line of its own (the
+    API's `system` field takes text only)."""
+    if not m.parts:
+        return m.text or ""
+    pieces = []
+    for part in m.parts:
+        pieces.append(part.text if type(part) is TextPart else f"\n{part_note(part)}\n")
+    return "".join(pieces).strip("\n")
+
+
+def _part_blocks(parts: Iterable[Part]) -> list[dict[str, Any]]:
+    return [b for b in (part_block(p) for p in parts) if b is not None]
+
+
+def _result_block(r: ToolResult) -> dict[str, Any]:
+    content: str | list[dict[str, Any]] = r.content
+    if r.parts:
+        content = _part_blocks(r.parts) or ""
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id, "content": content}
+    if r.is_error:
+        block["is_error"] = True
+    return block
+
+
 def _blocks(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
-        blocks = []
-        for r in m.tool_results:
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": r.call_id,
-                "content": r.content,
-            }
-            if r.is_error:
-                block["is_error"] = True
-            blocks.append(block)
-        return blocks
-    blocks = [{"type": "text", "text": m.text}] if m.text else []
+        return [_result_block(r) for r in m.tool_results]
+    if m.parts:
+        blocks = _part_blocks(m.parts)
+    else:
+        blocks = [{"type": "text", "text": m.text}] if m.text else []
     blocks.extend(
         {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
         for c in m.tool_calls
@@ -106,7 +137,7 @@ def _convert(
     marked: tuple[int, int] | None = None
     for m in messages:
         if m.role == "system":
-            system.append(m.text or "")
+            system.append(_system_text(m))
             continue  # the system prompt has a breakpoint of its own
         role = "assistant" if m.role == "assistant" else "user"
         blocks = _blocks(m)
@@ -163,7 +194,10 @@ def to_anthropic_cached(
     if turns:
         ends.add((len(turns) - 1, len(turns[-1]["content"]) - 1))
     for turn, block in ends:
-        turns[turn]["content"][block][CACHE_CONTROL] = _ephemeral()
+        target = turns[turn]["content"][block]
+        if target.get("type") in _UNMARKABLE:
+            continue  # the API refuses a breakpoint on a thinking block
+        target[CACHE_CONTROL] = _ephemeral()
     return system, turns
 
 
@@ -172,50 +206,89 @@ def anthropic_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any
     return [t.as_anthropic_tool() for t in tools or ()]
 
 
-def _result_text(content: object, what: str) -> str:
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        return "".join(
-            str(field_of(b, "text", str, what))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text"
+def _result(block: dict[str, Any], name: str, what: str) -> ToolResult:
+    """A tool_result block as its `ToolResult`: text, or parts when it holds more."""
+    call_id = str(field_of(block, "tool_use_id", str, what))
+    failed = block.get("is_error") is True
+    content = block.get("content")
+    if isinstance(content, str) or content is None:
+        return ToolResult(call_id, name, content or "", is_error=failed)
+    if not isinstance(content, list):
+        raise MalformedReply(f"{what} has a tool result that is neither text nor blocks")
+    parts: list[Part] = []
+    for item in content:
+        if field_of(item, "type", str, what) == "text":
+            parts.append(TextPart(str(field_of(item, "text", str, what))))
+        else:
+            parts.append(block_part(item, what))
+    return ToolResult(call_id, name, "", is_error=failed, parts=tuple(parts))
+
+
+_Group = tuple[list[Part], list[ToolCall]]
+
+
+def _read(block: object, what: str) -> Part | ToolCall:
+    """A reply's content block as a part, or as a call (a tool_use block)."""
+    kind = field_of(block, "type", str, what)
+    assert isinstance(block, dict)
+    if kind == "text":
+        return TextPart(str(field_of(block, "text", str, what)))
+    if kind == "tool_use":
+        raw = block.get("input")
+        return ToolCall(
+            str(field_of(block, "id", str, what)),
+            str(field_of(block, "name", str, what)),
+            _dumps(raw if raw is not None else {}),
         )
-    raise MalformedReply(f"{what} has a content that is neither text nor blocks")
+    return block_part(block, what)
 
 
-def _assistant_turn(content: list[Any], what: str, names: dict[str, str] | None) -> list[Message]:
-    """An assistant turn's blocks as messages: a new message where text follows content."""
-    out: list[tuple[str | None, list[ToolCall]]] = []
+def _starts_message(item: Part | ToolCall, group: _Group) -> bool:
+    """Whether `item` begins a new message after `group` (the inverse of how messages are
+    merged into one turn): any content after a call; a text after a text; reasoning after
+    anything but reasoning (a reply starts with its reasoning)."""
+    parts, calls = group
+    if isinstance(item, ToolCall):
+        return False
+    if calls:
+        return True
+    if type(item) is TextPart:
+        return any(type(p) is TextPart for p in parts)
+    if type(item) is ReasoningPart:
+        return any(type(p) is not ReasoningPart for p in parts)
+    return False
+
+
+def _message(parts: list[Part], calls: list[ToolCall]) -> Message:
+    if all(type(p) is TextPart for p in parts):
+        text = "".join(p.text for p in parts if type(p) is TextPart)
+        return Message.assistant(text if text or not calls else None, calls)
+    kept = [p for p in parts if type(p) is not TextPart or p.text]  # empty blocks carry nothing
+    return Message.assistant(parts=kept, tool_calls=calls)
+
+
+def _assistant_turn(content: list[Any], what: str, names: dict[str, str]) -> list[Message]:
+    """An assistant turn's blocks as messages, split where `_starts_message` says."""
+    groups: list[_Group] = []
     for block in content:
-        kind = field_of(block, "type", str, what)
-        if kind == "text":
-            text = str(field_of(block, "text", str, what))
-            if not out or out[-1][0] is not None or out[-1][1]:
-                out.append((text, []))
-            else:
-                out[-1] = (text, out[-1][1])
-        elif kind == "tool_use":
-            raw = block.get("input")
-            call = ToolCall(
-                str(field_of(block, "id", str, what)),
-                str(field_of(block, "name", str, what)),
-                _dumps(raw if raw is not None else {}),
-            )
-            if names is not None:
-                names[call.id] = call.name
-            if not out:
-                out.append((None, []))
-            out[-1][1].append(call)
-        # other blocks (thinking, server tools, ...) carry nothing turnlog stores
-    return [Message.assistant(text, calls) for text, calls in out]
+        item = _read(block, what)
+        if not groups or _starts_message(item, groups[-1]):
+            groups.append(([], []))
+        if isinstance(item, ToolCall):
+            names[item.id] = item.name
+            groups[-1][1].append(item)
+        else:
+            groups[-1][0].append(item)
+    return [_message(parts, calls) for parts, calls in groups]
 
 
 def from_anthropic_messages(system: str | None, wire: Iterable[Mapping[str, Any]]) -> list[Message]:
     """The Messages API's `system` and `messages` back as turnlog messages (the inverse of
     `to_anthropic_messages`).
+
+    A user turn splits into its tool message (the tool_result blocks) and user messages, a new
+    one at each text block after a text; an assistant turn splits where `_starts_message` says.
+    A message of several text parts beside other parts therefore reads back as several messages.
 
     Raises:
         MalformedReply: a turn of an unknown role or shape.
@@ -235,24 +308,29 @@ def from_anthropic_messages(system: str | None, wire: Iterable[Mapping[str, Any]
             continue
         if role != "user":
             raise MalformedReply(f"{what} has an unknown role {role!r}")
-        results = []
+        results: list[ToolResult] = []
+        user: list[Part] = []
         for block in content:
             kind = field_of(block, "type", str, what)
             if kind == "tool_result":
+                if user:
+                    out.append(Message.user(*user))
+                    user = []
                 call_id = str(field_of(block, "tool_use_id", str, what))
-                results.append(
-                    ToolResult(
-                        call_id,
-                        names.get(call_id, ""),
-                        _result_text(block.get("content"), what),
-                        is_error=block.get("is_error") is True,
-                    )
-                )
-            elif kind == "text":
-                if results:
-                    out.append(Message.tool(results))
-                    results = []
-                out.append(Message.user(str(field_of(block, "text", str, what))))
+                results.append(_result(block, names.get(call_id, ""), what))
+                continue
+            if results:
+                out.append(Message.tool(results))
+                results = []
+            part = _read(block, what)
+            if isinstance(part, ToolCall):
+                raise MalformedReply(f"{what} is a user turn with a tool_use block")
+            if type(part) is TextPart and any(type(p) is TextPart for p in user):
+                out.append(Message.user(*user))
+                user = []
+            user.append(part)
+        if user:
+            out.append(Message.user(*user))
         if results:
             out.append(Message.tool(results))
     return out
@@ -269,8 +347,10 @@ def _usage(raw: object) -> Usage:
 
 
 def response_from_anthropic(body: object) -> ChatResponse:
-    """A Messages API reply (the JSON object) as a `ChatResponse`: its text blocks joined, its
-    tool_use blocks as calls.
+    """A Messages API reply (the JSON object) as a `ChatResponse`: its tool_use blocks as
+    calls; a reply of text alone as its text blocks joined; else every other block as a part,
+    in order (thinking and redacted_thinking as `ReasoningPart`s, unknown blocks as
+    `ProviderPart`s; see `turnlog.models.anthropic_parts`).
 
     Raises:
         MalformedReply: no content list, or a block without its fields.
@@ -279,16 +359,18 @@ def response_from_anthropic(body: object) -> ChatResponse:
     """
     content = field_of(body, "content", list, "the reply")
     assert isinstance(body, dict) and isinstance(content, list)
-    texts: list[str] = []
+    parts: list[Part] = []
     calls: list[ToolCall] = []
-    for message in _assistant_turn(content, "the reply", None):
-        texts.append(message.text or "")
-        calls.extend(message.tool_calls)
-    text = "".join(texts)
+    for block in content:
+        item = _read(block, "the reply")
+        if isinstance(item, ToolCall):
+            calls.append(item)
+        else:
+            parts.append(item)
     model = body.get("model")
     reason = body.get("stop_reason")
     response = ChatResponse(
-        message=Message.assistant(text if text or not calls else None, calls),
+        message=_message(parts, calls),
         usage=_usage(body.get("usage")),
         model=model if isinstance(model, str) else "",
         stop_reason=reason if isinstance(reason, str) else None,
@@ -369,6 +451,12 @@ class AnthropicStream:
             return text or None
         if delta.get("type") == "input_json_delta":
             self._partial[index].append(str(delta.get("partial_json", "")))
+        elif delta.get("type") == "thinking_delta":
+            piece = str(field_of(delta, "thinking", str, "a thinking delta"))
+            block["thinking"] = str(block.get("thinking") or "") + piece
+        elif delta.get("type") == "signature_delta":
+            # the signature comes whole, just before the block's stop (the client sets it)
+            block["signature"] = str(field_of(delta, "signature", str, "a signature delta"))
         return None
 
     def response(self) -> ChatResponse:
@@ -396,7 +484,7 @@ class AnthropicStream:
         content = []
         for index in sorted(self._blocks):
             block = self._blocks[index]
-            if block.get("type") == "tool_use" and self._partial[index]:
+            if self._partial[index]:  # tool_use, server_tool_use
                 try:
                     block["input"] = json.loads("".join(self._partial[index]))
                 except ValueError as exc:

@@ -243,14 +243,16 @@ def whole_summary(response: ChatResponse) -> ChatResponse:
 
 
 def reply_json(reply: object) -> object:
-    """A reply object of a provider's SDK (a pydantic model, or a dict) as plain JSON.
+    """A reply object of a provider's SDK (a pydantic model, or a dict) as plain JSON: the
+    fields the provider sent, as it sent them (none the SDK's model adds with a default, so a
+    block kept verbatim, a `ProviderPart`, goes back as it came).
 
     Raises:
         MalformedReply: the client returned something else.
     """
     dump = getattr(reply, "model_dump", None)
     if callable(dump):
-        return dump(mode="json", warnings=False)
+        return dump(mode="json", warnings=False, exclude_unset=True)
     if isinstance(reply, dict):
         return reply
     raise MalformedReply(f"the client returned {type(reply).__name__}, not a JSON object")

@@ -14,12 +14,28 @@ The mapping:
   flag: a failed result's content is sent prefixed with `ERROR_PREFIX`, so the model sees that
   the call failed, and reading it back sets `is_error` again.
 
+Parts (`turnlog.parts`):
+
+- a user message with parts -> `content` as a list of content parts, in order: text
+  `{"type": "text"}`; an image `{"type": "image_url", "image_url": {"url", "detail"}}` (inline
+  bytes as a `data:` URL); a WAV or MP3 clip inline `{"type": "input_audio", "input_audio":
+  {"data", "format"}}`; a file inline `{"type": "file", "file": {"file_data": <data: URL>,
+  "filename"}}`; an OpenAI `ProviderPart` as its stored object;
+- what Chat Completions cannot take (an attachment reference, a file or clip by URL, audio of
+  another format), and every part of a system message or a tool result but text (system and
+  tool messages carry text only), is sent as its note (`turnlog.text.part_note`) in the text,
+  a note on a tool result saying it was not sent (`NOT_SENT`);
+- an assistant message sends its text alone: Chat Completions has no field for reasoning, and
+  parts of other providers are never sent.
+
 Back from the wire, consecutive tool messages become one turnlog tool message (parallel
 calls). Message metadata is turnlog's own and is not sent.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -33,10 +49,13 @@ from turnlog.models.base import (
     field_of,
     whole_reply,
 )
+from turnlog.parts import AudioPart, FilePart, ImagePart, Part, ProviderPart, TextPart
+from turnlog.text import part_note
 from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
     "ERROR_PREFIX",
+    "NOT_SENT",
     "OpenAIStream",
     "from_openai_messages",
     "openai_tools",
@@ -46,6 +65,82 @@ __all__ = [
 
 ERROR_PREFIX: Final = "[tool error] "
 """Put before a failed tool result's content: Chat Completions has no error flag."""
+
+
+NOT_SENT: Final = "(not sent: a Chat Completions tool result carries text only)"
+"""Put after the note of a tool result's part that is not text (an image a tool returned)."""
+
+PROVIDER: Final = "openai"
+
+_AUDIO_FORMATS: Final = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+def _data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _content_part(part: Part) -> dict[str, Any] | None:
+    """The content part a user message's `part` is sent as (a note when the wire cannot carry
+    it); None when it is not sent (another provider's part, an empty text)."""
+    if type(part) is TextPart:
+        return {"type": "text", "text": part.text} if part.text else None
+    if type(part) is ImagePart:
+        url = part.url if part.data is None else _data_url(part.media_type, part.data)
+        if url is not None:
+            image: dict[str, Any] = {"url": url}
+            if part.detail is not None:
+                image["detail"] = part.detail
+            return {"type": "image_url", "image_url": image}
+    elif type(part) is AudioPart:
+        audio_format = _AUDIO_FORMATS.get(part.media_type.lower())
+        if part.data is not None and audio_format is not None:
+            data = base64.b64encode(part.data).decode("ascii")
+            return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
+    elif type(part) is FilePart:
+        if part.data is not None:
+            file = {
+                "file_data": _data_url(part.media_type, part.data),
+                "filename": part.name or "file",
+            }
+            return {"type": "file", "file": file}
+    elif type(part) is ProviderPart:
+        if part.provider == PROVIDER and isinstance(part.data, dict):
+            data_part: dict[str, Any] = copy.deepcopy(part.data)
+            return data_part
+        return None
+    else:  # reasoning: never in a user message
+        return None
+    return {"type": "text", "text": part_note(part)}
+
+
+def _user_content(m: Message) -> str | list[dict[str, Any]]:
+    if not m.parts:
+        return m.text or ""
+    return [c for c in (_content_part(p) for p in m.parts) if c is not None]
+
+
+def _noted_text(parts: Sequence[Part], after: str) -> str:
+    """Parts as text alone: the text parts, and a note (then `after`) on a line of its own for
+    each part that is not text, save reasoning and provider parts."""
+    pieces = []
+    for part in parts:
+        if type(part) is TextPart:
+            pieces.append(part.text)
+        elif type(part) in (ImagePart, FilePart, AudioPart):
+            pieces.append(f"\n{part_note(part)}{after}\n")
+    return "".join(pieces).strip("\n")
+
+
+def _result_content(r: ToolResult) -> str:
+    content = _noted_text(r.parts, " " + NOT_SENT) if r.parts else r.content
+    return ERROR_PREFIX + content if r.is_error else content
 
 
 def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -58,7 +153,7 @@ def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     for m in messages:
         if m.role == "tool":
             for r in m.tool_results:
-                content = ERROR_PREFIX + r.content if r.is_error else r.content
+                content = _result_content(r)
                 out.append({"role": "tool", "tool_call_id": r.call_id, "content": content})
         elif m.role == "assistant":
             # "" and never null: llama-cpp-python's server fails (500) on a null content
@@ -73,8 +168,11 @@ def to_openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                     for c in m.tool_calls
                 ]
             out.append(wire)
+        elif m.role == "user":
+            out.append({"role": "user", "content": _user_content(m)})
         else:
-            out.append({"role": m.role, "content": m.text or ""})
+            text = _noted_text(m.parts, "") if m.parts else m.text or ""
+            out.append({"role": m.role, "content": text})
     return out
 
 
