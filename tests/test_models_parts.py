@@ -386,3 +386,20 @@ def test_images_audio_and_files_reach_openai_chat_completions(kind, server):
         "tool_call_id": "toolu_1",
         "content": f"The map:\n[image: image/png, {len(PNG)} bytes] {NOT_SENT}",
     }
+
+
+def test_the_thinking_example_of_the_docs_sends_its_options(server, monkeypatch):
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "models.md").read_text("utf-8")
+    section = doc[doc.index("## Reasoning and images") :]
+    [example] = [b for b in section.split("```python\n")[1:2]]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    namespace = {"AnthropicChatModel": AnthropicChatModel}
+    exec(example.split("```")[0], namespace)
+    server.reply_json(anthropic_message("Hi.", thinking=[THOUGHT]))
+    with namespace["thinking_model"] as model:
+        reply = model.respond([Message.user("hi")])
+    assert server.last_body()["thinking"] == {"type": "enabled", "budget_tokens": 8_000}
+    assert reply.message.parts[0].signature == THOUGHT["signature"]

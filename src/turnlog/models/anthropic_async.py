@@ -34,9 +34,12 @@ class AsyncAnthropicChatModel:
 
     System messages go to the top-level `system` field; tool calls and results travel as
     tool_use / tool_result blocks (a failed result with `is_error`); consecutive messages of
-    one role are merged into one turn. Pass your own configured `anthropic.AsyncAnthropic`
-    client, or let the model build one from `base_url` and `api_key` (the key falls back to
-    ANTHROPIC_API_KEY, as in the client). The constructor does no I/O.
+    one role are merged into one turn. A message's parts go as content blocks in their order
+    (images, documents; Anthropic's own reasoning and provider blocks exactly as received,
+    never another provider's: see `turnlog.models.anthropic_parts`). Pass your own configured
+    `anthropic.AsyncAnthropic` client, or let the model build one from `base_url` and
+    `api_key` (the key falls back to ANTHROPIC_API_KEY, as in the client). The constructor
+    does no I/O.
 
     Args:
         model: the model name sent with each request (for example "claude-sonnet-4-5").
@@ -50,7 +53,10 @@ class AsyncAnthropicChatModel:
         max_tokens: the reply's token limit, which the Messages API requires (>= 1).
         options: further fields of the request body, sent with every call as the API names
             them (through the client's `extra_body`, so any field the server knows works)
-            (`{"temperature": 0.2}`).
+            (`{"temperature": 0.2}`). Extended thinking is turned on here:
+            `{"thinking": {"type": "enabled", "budget_tokens": 8000}}` (or `{"type":
+            "adaptive"}`); the reply's thinking blocks are then kept as `ReasoningPart`s and
+            sent back, unmodified, as the API requires within a tool loop.
         cache_prompt: mark prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`)
             on the system prompt, at the end of the last message marked with
             `turnlog.models.CACHE_BREAKPOINT_KEY` (the pinned messages and the summary), and on
@@ -141,7 +147,8 @@ class AsyncAnthropicChatModel:
 
         Returns:
             The reply: the assistant message (its text blocks joined, its tool_use blocks as
-            calls), usage, model, stop reason.
+            calls, its thinking and other blocks as parts, in order), usage, model, stop
+            reason.
 
         Raises:
             ModelError: the provider failed the call (see `ModelError`).
