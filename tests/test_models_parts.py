@@ -403,3 +403,24 @@ def test_the_thinking_example_of_the_docs_sends_its_options(server, monkeypatch)
         reply = model.respond([Message.user("hi")])
     assert server.last_body()["thinking"] == {"type": "enabled", "budget_tokens": 8_000}
     assert reply.message.parts[0].signature == THOUGHT["signature"]
+
+
+def test_anthropic_messages_with_parts_read_back_from_the_wire():
+    from turnlog.models.anthropic_format import from_anthropic_messages, to_anthropic_messages
+
+    messages = [
+        Message.user("What is this?", ImagePart("image/png", data=PNG)),
+        Message.assistant(
+            parts=[
+                ReasoningPart("anthropic", text="Look.", signature="s1"),
+                ReasoningPart("anthropic", encrypted="e1", redacted=True),
+                "A map; checking.",
+            ],
+            tool_calls=[CALL],
+        ),
+        Message.tool(
+            ToolResult("toolu_1", "get_weather", "", parts=(ImagePart("image/png", data=PNG),))
+        ),
+        Message.user("And the report?", FilePart("application/pdf", data=PDF, name="r.pdf")),
+    ]
+    assert from_anthropic_messages(*to_anthropic_messages(messages)) == messages
