@@ -32,11 +32,15 @@ from turnlog.errors import InvalidInput
 __all__ = [
     "ANTHROPIC_IMAGE_RULE",
     "ANTHROPIC_PDF_RULE",
+    "AUDIO_FALLBACK_BYTES_PER_SECOND",
     "AUDIO_RULE",
     "DEFAULT_IMAGE_RULE",
     "DEFAULT_PDF_RULE",
+    "FALLBACK_IMAGE_SIZE",
     "OPENAI_IMAGE_RULE",
     "OPENAI_PDF_RULE",
+    "PDF_FALLBACK_BYTES_PER_PAGE",
+    "PDF_FALLBACK_MAX_PAGES",
     "anthropic_image_tokens",
     "audio_tokens",
     "image_media_type",
@@ -253,7 +257,8 @@ _OPENAI_TILE = 170
 # image's area is the largest area taken as is.
 _ANTHROPIC_LONG_EDGE = 1568
 _ANTHROPIC_MAX_PIXELS = 1568 * 784
-_FALLBACK_SIZE = (1024, 1024)
+FALLBACK_IMAGE_SIZE = (1024, 1024)
+"""The size an image whose size is unknown is counted as (width, height)."""
 
 
 def _check_size(width: int, height: int) -> None:
@@ -413,10 +418,10 @@ def image_tokens(
                 "image under %s",
                 len(data_or_size),
                 image_media_type(data_or_size) or "unknown",
-                *_FALLBACK_SIZE,
+                *FALLBACK_IMAGE_SIZE,
                 token_rule("image", provider),
             )
-            read = _FALLBACK_SIZE
+            read = FALLBACK_IMAGE_SIZE
         size = read
     name = provider.lower()
     if name == "openai":
@@ -518,8 +523,11 @@ def _pdf_pages(data: bytes) -> int | None:
 
 _OPENAI_PDF_PAGE = 1500 + 765
 _ANTHROPIC_PDF_PAGE = 3000
-_PDF_FALLBACK_BYTES_PER_PAGE = 50_000
-_PDF_FALLBACK_MAX_PAGES = 100
+PDF_FALLBACK_BYTES_PER_PAGE = 50_000
+"""A PDF whose page count is unknown is counted as one page per this many bytes, at least 1
+and at most `PDF_FALLBACK_MAX_PAGES`."""
+PDF_FALLBACK_MAX_PAGES = 100
+"""The most pages that fallback counts (Anthropic's limit of pages per request)."""
 
 
 def pdf_tokens(pages_or_data: int | bytes, provider: str) -> int:
@@ -552,8 +560,8 @@ def pdf_tokens(pages_or_data: int | bytes, provider: str) -> int:
         pages = pdf_pages(pages_or_data)
         if pages is None:
             pages = min(
-                _PDF_FALLBACK_MAX_PAGES,
-                max(1, -(-len(pages_or_data) // _PDF_FALLBACK_BYTES_PER_PAGE)),
+                PDF_FALLBACK_MAX_PAGES,
+                max(1, -(-len(pages_or_data) // PDF_FALLBACK_BYTES_PER_PAGE)),
             )
             _warn(
                 "PDF page count not readable (%d bytes): counted as %d pages under %s",
@@ -573,7 +581,9 @@ def pdf_tokens(pages_or_data: int | bytes, provider: str) -> int:
 # Audio
 
 _AUDIO_TOKENS_PER_SECOND = 10
-_AUDIO_FALLBACK_BYTES_PER_SECOND = 16_000  # 128 kbit/s, a common compressed rate
+AUDIO_FALLBACK_BYTES_PER_SECOND = 16_000
+"""Audio whose duration is unknown is counted at this many bytes per second (128 kbit/s, a
+common compressed rate)."""
 
 
 def wav_seconds(data: bytes) -> float | None:
@@ -637,7 +647,7 @@ def audio_tokens(seconds_or_data: float | bytes, provider: str) -> int:
     if isinstance(seconds_or_data, bytes):
         seconds = wav_seconds(seconds_or_data)
         if seconds is None:
-            seconds = len(seconds_or_data) / _AUDIO_FALLBACK_BYTES_PER_SECOND
+            seconds = len(seconds_or_data) / AUDIO_FALLBACK_BYTES_PER_SECOND
             _warn(
                 "audio duration not readable (%d bytes, not a WAV file): counted as %.1f s "
                 "under %s",
