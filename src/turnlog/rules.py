@@ -12,8 +12,11 @@ way: an append that would break one is refused with `InvalidInput` (nothing is w
 - R4: one system message, first. `sent_events` guarantees it: only the latest stored system
   message is sent, first, so system messages may be appended anywhere.
 
-Also refused: an empty assistant message (no text, or only blanks, and no calls) and one message
-calling the same id twice. System messages, events of other types (COMPACTION, your own) and the
+Also refused: an empty assistant message and one message calling the same id twice. An assistant
+message is empty when it has no tool call, no text besides blanks, and no part other than text
+and reasoning: an image, a file, a clip or a provider's block is content; reasoning alone is not
+(a provider wants an answer or a call after it). A user message is never empty: an image alone
+is a question. System messages, events of other types (COMPACTION, your own) and the
 synthetic summary events a compaction writes are transparent: they may sit anywhere, between a
 call and its result too. A synthetic event is accepted only as the summary of a compaction: in
 the same batch as its COMPACTION event, named by it, a user message first (the shadow prompt),
@@ -33,6 +36,7 @@ from msgspec.structs import replace
 
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import EventType, Message, SessionEvent, ToolResult
+from turnlog.parts import ReasoningPart, TextPart
 
 __all__ = [
     "EMPTY_TAIL",
@@ -212,6 +216,14 @@ def check_summary(messages: Sequence[Message], what: str = "a summary") -> None:
             raise InvalidInput(f"{what} holds an empty {m.role} message: give it text")
 
 
+def _empty(m: Message) -> bool:
+    """True for an assistant reply a provider refuses: no calls, no text but blanks, and no
+    part besides text and reasoning."""
+    if m.tool_calls or (m.text or "").strip():
+        return False
+    return all(type(p) is TextPart or type(p) is ReasoningPart for p in m.parts)
+
+
 def _label(m: Message, where: str | int, what: str) -> str:
     """How an error names a message: `event id` or `what` N (its place in a conversation)."""
     return f"{m.role} message {where!r}" if isinstance(where, str) else f"{what} {where} ({m.role})"
@@ -273,9 +285,9 @@ def _step(tail: Tail, m: Message, where: str | int, what: str = "message") -> Ta
             "message with a ToolResult for each first (an error text is fine, e.g. "
             "ToolResult(call_id, name, 'error: cancelled'))." + _HINT
         )
-    if not m.tool_calls and not (m.text or "").strip():
+    if _empty(m):
         raise InvalidInput(
-            f"{label()} is empty (no text and no tool calls): a provider "
+            f"{label()} is empty (no text, no tool calls, no part but reasoning): a provider "
             "refuses it; do not store it, or give it text." + _HINT
         )
     if not tail.started:
@@ -337,7 +349,7 @@ def repair_messages(messages: Sequence[Message]) -> list[Message]:
                 m = _marked(replace(m, tool_results=tuple(kept)), "dropped orphan tool results")
             out.append(m)
             continue
-        if m.role == "assistant" and not m.tool_calls and not (m.text or "").strip():
+        if m.role == "assistant" and _empty(m):
             continue
         if open_calls:
             results = [ToolResult(i, name, PLACEHOLDER_RESULT) for i, name in open_calls.items()]
