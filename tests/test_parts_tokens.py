@@ -231,6 +231,7 @@ def test_a_count_under_other_rules_is_counted_again_and_recorded_anew():
             ),
         ]
         store.append_events(sid, stale, 0)  # the store as is: no service recount
+        assert EventTokens(counter).counts(svc.events(sid)) == [3, 0]  # a read takes them
         assert svc.record_tokens(sid) == 1  # the event with parts; the text one is kept
         asked, answered = svc.events(sid)
     assert asked.tokens == TokenCount("chars/1+media/1", len(event_text(asked)) + 1399)
