@@ -371,10 +371,8 @@ _OFFSET = st.builds(
     st.integers(min_value=-(24 * 3600 * 10**6) + 1, max_value=24 * 3600 * 10**6 - 1),
 ) | st.sampled_from([UTC, timezone(timedelta(hours=-12)), timezone(timedelta(hours=14))])
 _MOMENT: st.SearchStrategy[datetime] = st.datetimes(
-    min_value=datetime.min,
-    max_value=datetime.max,
-    timezones=_OFFSET | st.none(),  # naive ones are refused
-)
+    min_value=datetime.min, max_value=datetime.max, timezones=_OFFSET
+) | st.datetimes(min_value=datetime.min, max_value=datetime.max)  # naive ones are refused
 _NEAR = st.datetimes(
     min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=_OFFSET
 )
