@@ -40,6 +40,12 @@ from turnlog.models.base import (
     ChatModelAdapter,
     ChatResponse,
 )
+from turnlog.reasoning import (
+    DEFAULT_REASONING,
+    ReasoningPolicy,
+    check_reasoning_policy,
+    strip_reasoning,
+)
 from turnlog.rules import repair_messages
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
@@ -92,11 +98,17 @@ class SessionChat:
             id, that finds the claim without the round's results does not run the tools again
             but answers each call with an error result saying its outcome is unknown. For
             tools with side effects; without it tools run at least once.
+        reasoning: which reasoning parts of the view are sent (they all stay in the log):
+            "current_turn", the default, those of the turn in progress (what providers need:
+            the thinking of the current tool loop); "all" every one; "none" none, for providers
+            without reasoning round trips only (Anthropic with thinking enabled refuses a tool
+            loop sent without its thinking). See `turnlog.reasoning`.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
             other flavour: the blocking and the asyncio runner each take their own), `trigger`
-            without `strategy` or the reverse, two tools of one name.
+            without `strategy` or the reverse, two tools of one name, a `reasoning` other than
+            "all", "current_turn" and "none".
     """
 
     def __init__(
@@ -116,6 +128,7 @@ class SessionChat:
         tool_timeout: float | None = None,
         max_tool_result_tokens: int | None = DEFAULT_MAX_TOOL_RESULT_TOKENS,
         at_most_once: bool = False,
+        reasoning: ReasoningPolicy = DEFAULT_REASONING,
     ) -> None:
         if not isinstance(service, SessionService):
             raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
@@ -148,6 +161,7 @@ class SessionChat:
         if ttl is not None:
             to_timedelta(ttl, "ttl")
         check_timeout(tool_timeout, "tool_timeout")
+        self.reasoning: ReasoningPolicy = check_reasoning_policy(reasoning)
         if max_tool_result_tokens is not None and (
             isinstance(max_tool_result_tokens, bool)
             or not isinstance(max_tool_result_tokens, int)
@@ -378,7 +392,8 @@ class SessionChat:
         )
 
     def _prompt(self, sent: list[SessionEvent]) -> list[Message]:
-        """The messages to send: the view's, repaired, the stable prefix marked."""
+        """The messages to send: the view's, the reasoning `self.reasoning` leaves out
+        removed, repaired, the stable prefix marked."""
         messages = [self._shown(e) for e in sent if e.message is not None]
         if self.cache_breakpoint:
             end = _stable_prefix_end(sent)
@@ -387,7 +402,7 @@ class SessionChat:
                 messages[end] = replace(
                     marked, metadata={**marked.metadata, CACHE_BREAKPOINT_KEY: True}
                 )
-        return repair_messages(messages)
+        return repair_messages(strip_reasoning(messages, self.reasoning))
 
     def _claim(self, session_id: str, ids: TurnIds, step: int) -> bool:
         """Append the claim of tool round `step`; False when it was claimed before.
