@@ -490,3 +490,66 @@ def test_html_shows_bidi_controls_as_visible_marks(tmp_path, capsys):
     assert not re.search("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]", text)
     assert '<span class="bidi">&lt;U+202E&gt;</span>usd 001' in text
     assert "&lt;U+2066&gt;" in text and "&lt;U+200F&gt;" in text
+
+
+def test_html_embeds_images_as_data_urls_never_svg_and_folds_reasoning(tmp_path, capsys):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from turnlog import FilePart, ImagePart, ProviderPart, ReasoningPart
+
+    buf = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 30, 30)).save(buf, format="PNG")
+    png = buf.getvalue()
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>window.pwned=1</script></svg>'
+    db = tmp_path / "p.db"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create("p")
+        svc.append_message(
+            "p",
+            Message.user(
+                "Look:",
+                ImagePart("image/png", data=png, width=3, height=2),
+                ImagePart("image/svg+xml", data=svg, filename="evil.svg"),
+                FilePart("application/pdf", data=b"%PDF-1.4\n%%EOF\n", name="r.pdf", pages=1),
+            ),
+        )
+        call = ToolCall("c1", "shot", "{}")
+        svc.append_message(
+            "p",
+            Message.assistant(
+                parts=[
+                    ReasoningPart("anthropic", "secret musing", signature="sig"),
+                    ReasoningPart("anthropic", encrypted="opaque", redacted=True),
+                    ProviderPart("anthropic", "citation", {"cited": "<b>x</b>"}),
+                    "Taking one.",
+                ],
+                tool_calls=[call],
+            ),
+        )
+        result = ToolResult("c1", "shot", "", parts=(ImagePart("image/png", data=png),))
+        svc.append_message("p", Message.tool(result))
+    out = tmp_path / "p.html"
+    code, _, err = run(capsys, "--db", db, "export", "p", "--log", "--format", "html", "-o", out)
+    assert code == 0, err
+    page = out.read_text(encoding="utf-8")
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert csp is not None
+    assert "img-src data:" in csp.group(1) and "script" not in csp.group(1)
+    assert "default-src 'none'" in csp.group(1)
+    parser = Tags()
+    parser.feed(page)
+    assert "script" not in parser.tags
+    srcs = [v for name, v in parser.attrs if name == "src"]
+    assert srcs == [f"data:image/png;base64,{base64.b64encode(png).decode()}"] * 2
+    assert base64.b64decode(srcs[0].split(",", 1)[1]) == png
+    assert base64.b64encode(svg).decode() not in page and "pwned" not in page
+    assert "[image: image/svg+xml, evil.svg, " in page and "not embedded" in page
+    assert "[file: application/pdf, r.pdf, 1 page, " in page
+    folded = re.findall(r"<details[^>]*>.*?</details>", page, re.DOTALL)
+    assert any("secret musing" in d for d in folded) and page.count("secret musing") == 1
+    assert folded and not any(re.match(r"<details[^>]*\bopen\b", d) for d in folded)
+    assert any(": redacted</summary>" in d for d in folded) and "opaque" not in page
+    assert any("&lt;b&gt;x&lt;/b&gt;" in d for d in folded)

@@ -308,6 +308,7 @@ def test_every_response_carries_the_security_headers(db: Path) -> None:
             ("/sessions/demo-summary/events/2/text", 200),
             ("/sessions/demo-summary/events/999/text", 404),
             ("/sessions/nope/events/1/text", 404),
+            ("/sessions/demo-summary/events/2/parts/0", 404),
         ):
             got = c.get(url, headers=auth)
             assert got.status_code == status
@@ -703,3 +704,121 @@ def test_a_long_message_is_truncated_with_a_link_to_its_whole_text(tmp_path: Pat
             assert c.get(url).status_code == 404, url
         assert c.get("/sessions/s/events/99999999999999999999999/text").status_code == 404
     svc.close()
+
+
+# -- content parts -------------------------------------------------------------------------------
+
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>window.pwned=1</script></svg>'
+PDF = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def parts_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from turnlog import FilePart, ImagePart, ReasoningPart
+
+    path = tmp_path_factory.mktemp("parts") / "parts.db"
+    with SessionService(SqliteStore(path)) as svc:
+        svc.create("parts")
+        svc.append_message(
+            "parts",
+            Message.user(
+                "Look:",
+                ImagePart("image/png", data=_png(), width=3, height=2, filename="dot.png"),
+                ImagePart("image/svg+xml", data=SVG, filename="evil.svg"),
+                FilePart("application/pdf", data=PDF, name="report.pdf", pages=1),
+                ImagePart("image/png", url="https://example.com/cat.png"),
+            ),
+        )
+        call = ToolCall(id="c1", name="screenshot", arguments="{}")
+        svc.append_message(
+            "parts",
+            Message.assistant(
+                parts=[
+                    ReasoningPart("anthropic", "secret musing", signature="sig"),
+                    ReasoningPart("anthropic", encrypted="opaque", redacted=True),
+                    "Taking one.",
+                ],
+                tool_calls=[call],
+            ),
+        )
+        result = ToolResult("c1", "screenshot", "", parts=(ImagePart("image/png", data=_png()),))
+        svc.append_message("parts", Message.tool(result))
+        svc.append_message("parts", Message.assistant("A red block."))
+    return path
+
+
+def _details(page: str) -> list[str]:
+    return re.findall(r"<details[^>]*>.*?</details>", page, re.DOTALL)
+
+
+def test_a_messages_parts_are_shown_images_from_their_own_route(parts_db: Path) -> None:
+    with TestClient(create_app(f"sqlite:///{parts_db}"), base_url=LOCAL) as c:
+        for url in ("/sessions/parts", "/sessions/parts/view"):
+            page = c.get(url).text
+            assert re.search(r'<img src="/sessions/parts/events/1/parts/1"[^>]*>', page)
+            assert re.search(r'<img src="/sessions/parts/events/3/results/0/parts/0"', page)
+            assert len(re.findall(r"<img ", page)) == 2  # not the SVG, not the URL
+            assert 'href="/sessions/parts/events/1/parts/2" download' in page  # the SVG
+            assert 'href="/sessions/parts/events/1/parts/3" download' in page  # the PDF
+            assert "[file: application/pdf, report.pdf, 1 page, " in page
+            assert 'href="https://example.com/cat.png"' in page and "(not fetched)" in page
+            assert "<script" not in page
+            folded = _details(page)
+            musing = [d for d in folded if "secret musing" in d]
+            assert len(musing) == 1 and musing[0].startswith('<details class="part reasoning">')
+            assert not any(re.match(r"<details[^>]*\bopen\b", d) for d in folded)
+            assert page.count("secret musing") == 1  # only inside the closed <details>
+            redacted = [d for d in folded if "opaque" in d or ": redacted</summary>" in d]
+            assert len(redacted) == 1 and "redacted" in redacted[0] and "opaque" not in page
+        log = c.get("/api/sessions/parts/log").json()["events"]
+        image = log[0]["parts"][1]
+        assert image["inline"] and image["href"] == "/sessions/parts/events/1/parts/1"
+        assert "data" not in image  # the JSON carries no bytes
+        assert log[1]["parts"][1] == {
+            "type": "reasoning",
+            "provider": "anthropic",
+            "text": None,
+            "redacted": True,
+            "signed": False,
+            "encrypted": True,
+        }
+
+
+def test_a_parts_route_answers_its_exact_bytes(parts_db: Path) -> None:
+    from turnlog.viewer.app import SECURITY_HEADERS
+
+    with TestClient(create_app(f"sqlite:///{parts_db}"), base_url=LOCAL) as c:
+        got = c.get("/sessions/parts/events/1/parts/1")
+        assert got.status_code == 200 and got.content == _png()
+        assert got.headers["content-type"] == "image/png"
+        assert got.headers["x-content-type-options"] == "nosniff"
+        assert "content-disposition" not in got.headers
+        for name, value in SECURITY_HEADERS:
+            assert got.headers[name] == value
+        shot = c.get("/sessions/parts/events/3/results/0/parts/0")
+        assert shot.content == _png() and shot.headers["content-type"] == "image/png"
+        svg = c.get("/sessions/parts/events/1/parts/2")
+        assert svg.content == SVG and svg.headers["content-type"] == "image/svg+xml"
+        assert svg.headers["content-disposition"] == 'attachment; filename="evil.svg"'
+        pdf = c.get("/sessions/parts/events/1/parts/3")
+        assert pdf.content == PDF and pdf.headers["content-type"] == "application/pdf"
+        assert pdf.headers["content-disposition"] == 'attachment; filename="report.pdf"'
+        for missing in (
+            "/sessions/parts/events/1/parts/9",  # no such part
+            "/sessions/parts/events/1/parts/0",  # a text part: no bytes
+            "/sessions/parts/events/1/parts/4",  # an image by URL: never fetched
+            "/sessions/parts/events/3/results/1/parts/0",  # no such result
+            "/sessions/parts/events/99/parts/0",  # no such event
+            "/sessions/nope/events/1/parts/0",  # no such session
+        ):
+            assert c.get(missing).status_code == 404, missing

@@ -9,6 +9,7 @@ A thin shell: it reads the session through the service and writes what the wire-
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import html
 import json
@@ -30,8 +31,17 @@ from turnlog.events import EventType, Message, SessionEvent
 from turnlog.jsonl import SessionDump, dump_lines
 from turnlog.models.anthropic_format import to_anthropic_messages
 from turnlog.models.openai_format import to_openai_messages
+from turnlog.parts import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Part,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+)
 from turnlog.service import SessionService
-from turnlog.text import event_text
+from turnlog.text import event_text, part_note
 from turnlog.tokens import event_tokens
 
 __all__ = [
@@ -66,8 +76,9 @@ EXPORT_DETAILS: Final = (
     "own format, every event with its id, seq, time and body, boundaries included; `turnlog "
     "import FILE` reads it back as it was (use --log for a copy of the whole session). html: "
     "one file with no external assets and no script, the timeline with each compaction shown "
-    "as a card, covered events folded (--log) and tool calls linked to their results; all "
-    "text is escaped. Output goes to stdout unless -o FILE."
+    "as a card, covered events folded (--log) and tool calls linked to their results; images "
+    "held inline are embedded as data: URLs (never SVG), other files are named, reasoning is "
+    "folded; all text is escaped. Output goes to stdout unless -o FILE."
 )
 
 PROGRESS_AFTER: Final = 1000
@@ -403,6 +414,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:4px 0 0;font:12px/1.4 ui-m
 .boundary{background:#eef4ff;border:1px solid #90b4f0;border-radius:6px;margin:14px 0;
 padding:8px 12px}.boundary h2{margin:0 0 4px;font-size:14px}.boundary ul{margin:0;padding-left:18px}
 details.fold{margin:8px 0}details.fold>summary{cursor:pointer;color:#5b6475}
+.part{margin:4px 0}.part img{max-width:100%;height:auto;border:1px solid #dde2ea}
+details.part>summary{cursor:pointer;color:#5b6475}
 a{color:#2f6fde}code{font:12px ui-monospace,monospace}
 .bidi{color:#b91c1c;font:11px ui-monospace,monospace}
 """
@@ -445,7 +458,7 @@ def page(
     head = (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'\">"
+        "style-src 'unsafe-inline'; img-src data:\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>turnlog: {_e(session_id)}</title><style>{_STYLE}</style></head><body>"
         f"<header><h1>session {_e(session_id)}</h1><p>{_e(scope)}: {len(shown)} events of "
@@ -524,7 +537,9 @@ def _event(
         + (' <span class="synthetic">summary</span>' if e.synthetic else "")
         + "</div>"
     ]
-    if m.text:
+    if m.parts:
+        parts.extend(_part(p) for p in m.parts)
+    elif m.text:
         parts.append(f'<div class="text">{_e(m.text)}</div>')
     elif m.role != "tool" and not m.tool_calls:
         parts.append(f'<div class="text">{_e(event_text(e))}</div>')
@@ -541,12 +556,72 @@ def _event(
         parts.append(
             f'<div class="result{" error" if r.is_error else ""}">result of '
             f"<b>{_e(r.name)}</b> for {answers}{' (failed)' if r.is_error else ''}"
-            f"<pre>{_e(r.content)}</pre></div>"
+            + ("".join(_part(p) for p in r.parts) if r.parts else f"<pre>{_e(r.content)}</pre>")
+            + "</div>"
         )
     if m.metadata or e.metadata:
         meta_json = json.dumps({**dict(e.metadata), **dict(m.metadata)}, ensure_ascii=False)
         parts.append(f'<div class="meta">metadata <code>{_e(meta_json)}</code></div>')
     return "".join(parts) + "</article>"
+
+
+INLINE_IMAGE_TYPES: Final = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"}
+)
+"""The image media types the page embeds (as `data:` URLs); any other, SVG above all, is named
+in a note and not embedded."""
+
+
+def _part(p: Part) -> str:
+    """A part as HTML: text as text, a raster image held inline as an <img> of a data: URL, any
+    other image, file or clip as a note (and its URL as a link, never fetched), reasoning and
+    provider blocks folded in a closed <details>."""
+    if type(p) is TextPart:
+        return f'<div class="text">{_e(p.text)}</div>' if p.text else ""
+    if isinstance(p, (ImagePart, FilePart, AudioPart)):
+        note = _e(part_note(p))
+        if type(p) is ImagePart and p.data is not None:
+            if p.media_type.lower() in INLINE_IMAGE_TYPES:
+                src = f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
+                size = (
+                    f' width="{p.width}" height="{p.height}"'
+                    if p.width is not None and p.height is not None
+                    else ""
+                )
+                return (
+                    f'<figure class="part image"><img src="{_e(src)}" alt="{note}"{size}>'
+                    f'<figcaption class="meta">{note}</figcaption></figure>'
+                )
+            return f'<div class="part image meta">{note} (not embedded: {_e(p.media_type)})</div>'
+        where = ""
+        if p.url is not None:
+            if p.url.lower().startswith(("https://", "http://")):
+                where = f' <a href="{_e(p.url)}" rel="noreferrer noopener">{_e(p.url)}</a>'
+            else:
+                where = f" <code>{_e(p.url)}</code>"
+            where += " (not fetched)"
+        elif p.ref is not None:
+            where = f" stored as attachment <code>{_e(p.ref)}</code>"
+        return f'<div class="part meta">{note}{where}</div>'
+    if type(p) is ReasoningPart:
+        if p.redacted:
+            return (
+                f'<details class="part reasoning"><summary>reasoning ({_e(p.provider)}): '
+                'redacted</summary><div class="meta">redacted</div></details>'
+            )
+        inside = (
+            f'<div class="text">{_e(p.text)}</div>' if p.text else '<div class="meta">no text</div>'
+        )
+        return (
+            f'<details class="part reasoning"><summary>reasoning ({_e(p.provider)})</summary>'
+            f"{inside}</details>"
+        )
+    assert type(p) is ProviderPart
+    data = json.dumps(p.data, ensure_ascii=False, indent=2)
+    return (
+        f'<details class="part provider"><summary>{_e(p.provider)} · {_e(p.kind)}</summary>'
+        f"<pre>{_e(data)}</pre></details>"
+    )
 
 
 def _pretty(arguments: str) -> str:

@@ -40,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a base install onl
     ) from exc
 
 from turnlog.errors import InvalidInput, SessionNotFound, TurnlogError
+from turnlog.parts import AudioPart, FilePart, ImagePart
 from turnlog.service import SessionService
 from turnlog.stores.opening import open_store
 from turnlog.tokens import default_counter
@@ -145,8 +146,11 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
     Returns:
         A Starlette app: HTML pages at `/`, `/sessions/{id}`, `/sessions/{id}/view`,
         `/sessions/{id}/diff`; an event's whole text at `/sessions/{id}/events/{seq}/text`
-        (text/plain); JSON at `/api/sessions`, `/api/sessions/{id}/log`,
-        `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`.
+        (text/plain); the inline bytes of a part at `/sessions/{id}/events/{seq}/parts/{i}` and
+        of a tool result's part at `.../events/{seq}/results/{r}/parts/{i}` (with the part's
+        media type; as an attachment unless a raster image, `data.INLINE_IMAGE_TYPES`); JSON
+        at `/api/sessions`, `/api/sessions/{id}/log`, `/api/sessions/{id}/view`,
+        `/api/sessions/{id}/diff`.
 
     Raises:
         InvalidInput: a token shorter than 16 characters or with other characters, or a bad
@@ -262,6 +266,32 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
             return PlainTextResponse(f"no event at seq {seq} in session {sid!r}", 404)
         return PlainTextResponse(body)
 
+    def part(request: Request) -> ImagePart | FilePart | AudioPart | None:
+        params = request.path_params
+        return data.part_bytes(
+            svc, params["session_id"], params["seq"], params["index"], params.get("result")
+        )
+
+    async def part_bytes(request: Request) -> Response:
+        sid, seq = request.path_params["session_id"], request.path_params["seq"]
+        try:
+            found = await run_in_threadpool(part, request)
+        except SessionNotFound as exc:
+            return PlainTextResponse(f"no session {exc.session_id!r} in this store", 404)
+        except TurnlogError as exc:
+            return PlainTextResponse(f"{type(exc).__name__}: {exc}", 500)
+        if found is None:
+            return PlainTextResponse(
+                f"no part with inline bytes there in the event at seq {seq} of session {sid!r}",
+                404,
+            )
+        assert found.data is not None
+        headers = {}
+        if found.media_type.lower() not in data.INLINE_IMAGE_TYPES:
+            name = data.part_filename(found, f"part-{seq}-{request.path_params['index']}")
+            headers["content-disposition"] = f'attachment; filename="{name}"'
+        return Response(found.data, media_type=found.media_type, headers=headers)
+
     # Ids may hold "/" (sent as %2F, decoded before routing): the routes with a suffix come
     # first, and the id takes the rest of the path.
     sid = "{session_id:path}"
@@ -270,6 +300,11 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         Route(f"/sessions/{sid}/view", endpoint("view.html", view)),
         Route(f"/sessions/{sid}/diff", endpoint("diff.html", diff)),
         Route(f"/sessions/{sid}/events/{{seq:int}}/text", full_text),
+        Route(f"/sessions/{sid}/events/{{seq:int}}/parts/{{index:int}}", part_bytes),
+        Route(
+            f"/sessions/{sid}/events/{{seq:int}}/results/{{result:int}}/parts/{{index:int}}",
+            part_bytes,
+        ),
         Route(f"/sessions/{sid}", endpoint("session.html", log)),
         Route("/api/sessions", endpoint(None, sessions)),
         Route(f"/api/sessions/{sid}/log", endpoint(None, log)),

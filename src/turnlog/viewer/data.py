@@ -7,19 +7,31 @@ endpoints return as they are and the templates lay out.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from turnlog.compaction import CompactionBoundary, sent_events
 from turnlog.compaction.files import FILES_METADATA_KEY
 from turnlog.events import EventType, Session, SessionEvent
+from turnlog.parts import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Part,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+)
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
-from turnlog.text import event_text
+from turnlog.text import event_text, part_note
 from turnlog.tokens import event_tokens
 
 __all__ = [
+    "INLINE_IMAGE_TYPES",
     "MAX_PAGE",
     "TEXT_SHOWN_UP_TO",
     "TOKENS_IN_LIST_UP_TO",
@@ -32,6 +44,9 @@ __all__ = [
     "log_page",
     "page_starts",
     "pair_tools",
+    "part_bytes",
+    "part_filename",
+    "parts_json",
     "read_log",
     "session_json",
     "sessions_page",
@@ -49,6 +64,115 @@ TEXT_SHOWN_UP_TO = 20_000
 """The pages show a message's text, a tool call's arguments or a tool result up to this many
 characters, then a note of the full size and a link to the event's whole text
 (`/sessions/{id}/events/{seq}/text`); the JSON endpoints return them whole."""
+
+
+INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"})
+"""The image media types the pages show as images. Any other (SVG above all, which can carry
+script and links) is shown as a note with a download link, its bytes served as an attachment."""
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _media_json(part: ImagePart | FilePart | AudioPart, href: str | None) -> dict[str, Any]:
+    web = part.url is not None and part.url.lower().startswith(("https://", "http://"))
+    return {
+        "media_type": part.media_type,
+        "size": part.size,
+        "note": part_note(part),
+        "url": part.url,
+        "web_url": web,
+        "ref": part.ref,
+        "href": href if part.data is not None else None,
+    }
+
+
+def _part_json(part: Part, href: str | None) -> dict[str, Any]:
+    """A part as plain values, its bytes left out: `href` is where the page fetches them."""
+    if type(part) is TextPart:
+        return {"type": "text", "text": part.text}
+    if type(part) is ImagePart:
+        out = _media_json(part, href)
+        out.update(
+            type="image",
+            inline=part.data is not None and part.media_type.lower() in INLINE_IMAGE_TYPES,
+            width=part.width,
+            height=part.height,
+            filename=part.filename,
+            detail=part.detail,
+        )
+        return out
+    if type(part) is FilePart:
+        out = _media_json(part, href)
+        out.update(type="file", name=part.name, pages=part.pages)
+        return out
+    if type(part) is AudioPart:
+        out = _media_json(part, href)
+        out.update(type="audio", seconds=part.seconds)
+        return out
+    if type(part) is ReasoningPart:
+        return {
+            "type": "reasoning",
+            "provider": part.provider,
+            "text": None if part.redacted else part.text,
+            "redacted": part.redacted,
+            "signed": part.signature is not None,
+            "encrypted": part.encrypted is not None,
+        }
+    assert type(part) is ProviderPart
+    return {"type": "provider", "provider": part.provider, "kind": part.kind, "data": part.data}
+
+
+def parts_json(e: SessionEvent, parts: Sequence[Part], result: int | None = None) -> list[Any]:
+    """The parts of an event's message (`result` None) or of its tool result number `result`,
+    as plain values (see `_part_json`); the bytes of an inline image, file or clip are at
+    `href`: `/sessions/{id}/events/{seq}/parts/{i}`, or `.../results/{r}/parts/{i}`."""
+    if e.seq is None:
+        base = None
+    else:
+        base = f"/sessions/{quote(e.session_id, safe='')}/events/{e.seq}/"
+        if result is not None:
+            base += f"results/{result}/"
+    return [
+        _part_json(p, None if base is None else f"{base}parts/{i}") for i, p in enumerate(parts)
+    ]
+
+
+def part_bytes(
+    svc: SessionService, session_id: str, seq: int, index: int, result: int | None = None
+) -> ImagePart | FilePart | AudioPart | None:
+    """The part at `index` of the message at `seq` (or of its tool result `result`) when it
+    holds its bytes inline, else None (no such event, result or part, or no inline bytes).
+
+    Raises:
+        SessionNotFound: no session has this id.
+    """
+    found = event_at(svc, session_id, seq)
+    if found is None or found.message is None:
+        return None
+    parts: tuple[Part, ...]
+    if result is None:
+        parts = found.message.parts
+    elif 0 <= result < len(found.message.tool_results):
+        parts = found.message.tool_results[result].parts
+    else:
+        return None
+    if not 0 <= index < len(parts):
+        return None
+    part = parts[index]
+    if isinstance(part, (ImagePart, FilePart, AudioPart)) and part.data is not None:
+        return part
+    return None
+
+
+def part_filename(part: ImagePart | FilePart | AudioPart, fallback: str) -> str:
+    """A file name for a download of `part`: its own name with anything but letters, digits
+    and `._-` replaced by `_`, else `fallback` and the media subtype."""
+    given = part.filename if isinstance(part, ImagePart) else getattr(part, "name", None)
+    if given:
+        name = _SAFE_NAME.sub("_", given).strip("._") or fallback
+        return name[:120]
+    subtype = _SAFE_NAME.sub("_", part.media_type.split("/", 1)[1].split("+", 1)[0])
+    return f"{fallback}.{subtype[:20]}"
 
 
 def session_json(session: Session, version: int, tokens: int | None) -> dict[str, Any]:
@@ -180,12 +304,19 @@ def event_json(e: SessionEvent, status: str, tokens: int | None = None) -> dict[
     m = e.message
     out["role"] = m.role
     out["text"] = m.text
+    out["parts"] = parts_json(e, m.parts)
     out["tool_calls"] = [
         {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
     ]
     out["tool_results"] = [
-        {"call_id": r.call_id, "name": r.name, "content": r.content, "is_error": r.is_error}
-        for r in m.tool_results
+        {
+            "call_id": r.call_id,
+            "name": r.name,
+            "content": r.content,
+            "is_error": r.is_error,
+            "parts": parts_json(e, r.parts, i),
+        }
+        for i, r in enumerate(m.tool_results)
     ]
     out["metadata"] = dict(m.metadata)
     out["files"] = _files(e)
