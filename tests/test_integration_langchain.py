@@ -44,11 +44,16 @@ from model_servers import ScriptedServer, openai_completion
 from turnlog import (
     CompactionWindow,
     EventType,
+    FilePart,
+    ImagePart,
     InvalidInput,
     MemoryStore,
+    Message,
+    ReasoningPart,
     SessionNotFound,
     SessionService,
     SqliteStore,
+    TextPart,
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
@@ -57,16 +62,20 @@ from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT
 from turnlog.integrations.langchain import (
     CLEAR_STRATEGY,
     EMPTY_REPLY,
+    PARTS_KEY,
     AsyncLangChainChatModel,
     LangChainChatModel,
     TurnlogChatMessageHistory,
     TurnlogMiddleware,
     from_turnlog,
 )
+from turnlog.media import anthropic_image_tokens, openai_image_tokens
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores.memory_async import AsyncMemoryStore
 from turnlog.stores.sqlite_async import AsyncSqliteStore
 from turnlog.testing.contract_async import LoopThread
+from turnlog.text import event_text
+from turnlog.tokens import default_counter, part_tokens
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -905,3 +914,229 @@ def test_without_the_extra_the_import_error_says_what_to_install():
     )
     assert done.returncode == 0, done.stderr
     assert "pip install 'turnlog[langchain]'" in done.stdout
+
+
+# -- content blocks as parts -----------------------------------------------------------------------
+
+
+def png_bytes(width: int = 320, height: int = 240) -> bytes:
+    """A real PNG (noise, so it does not compress to nothing), made by Pillow."""
+    import io
+
+    from PIL import Image
+
+    image = Image.frombytes("RGB", (width, height), os.urandom(width * height * 3))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def wav_bytes(seconds: float = 1.5, rate: int = 8000) -> bytes:
+    import io
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\x00\x01" * int(seconds * rate))
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def test_an_image_block_is_stored_as_an_image_part_counted_by_the_image_rule(make_history):
+    png = png_bytes()
+    sent = HumanMessage(
+        [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image", "base64": b64(png), "mime_type": "image/png"},
+        ],
+        id="h1",
+    )
+    history = make_history()
+    history.add([sent, AIMessage("Noise.", id="a1")])
+    event = history.log()[0]
+    assert event.message.text == "What is in this picture?"
+    text_part, image = event.message.parts
+    assert text_part == TextPart("What is in this picture?")
+    assert isinstance(image, ImagePart)
+    assert (image.media_type, image.data) == ("image/png", png)
+    # counted by the image rule: by default the larger of OpenAI's and Anthropic's, from the
+    # size in the PNG header
+    counter = default_counter()
+    text_tokens = counter.count(event_text(event))
+    rule = max(openai_image_tokens(320, 240), anthropic_image_tokens(320, 240))
+    assert event.tokens.count == text_tokens + part_tokens(image, counter) == text_tokens + rule
+    assert event.tokens.count > 10 * text_tokens
+    # stored once: the LangChain form keeps a pointer, not a second copy of the base64
+    assert b64(png)[:200] not in json.dumps(dict(event.message.metadata))
+    assert event.message.metadata[PARTS_KEY] == [[1, ["base64"], 1, "base64"]]
+    # and read back as LangChain gave it, byte for byte
+    assert history.get() == [sent, AIMessage("Noise.", id="a1")]
+    got = make_history().get()[0]  # a new service: for SQLite, the file opened afresh
+    assert got == sent and got.content[1]["base64"] == b64(png)
+
+
+def test_every_image_file_and_audio_shape_round_trips_as_parts(make_history):
+    png, wav = png_bytes(64, 32), wav_bytes()
+    pdf = b"%PDF-1.4\n1 0 obj<</Type/Pages/Count 2>>endobj\n%%EOF\n"
+    shapes = [
+        {
+            "type": "image_url",
+            "image_url": {"url": f"data:image/png;base64,{b64(png)}", "detail": "low"},
+        },
+        {"type": "image", "url": "https://example.com/cat.jpg"},
+        {"type": "image", "source_type": "base64", "data": b64(png), "mime_type": "image/png"},
+        {
+            "type": "file",
+            "base64": b64(pdf),
+            "mime_type": "application/pdf",
+            "extras": {"filename": "a.pdf"},
+        },
+        {
+            "type": "file",
+            "file": {"file_data": f"data:application/pdf;base64,{b64(pdf)}", "filename": "b.pdf"},
+        },
+        {"type": "audio", "base64": b64(wav), "mime_type": "audio/wav"},
+        {"type": "input_audio", "input_audio": {"data": b64(wav), "format": "wav"}},
+        {"type": "image", "base64": b64(png)},  # no mime type: read from the header
+    ]
+    sent = [
+        HumanMessage(["Look:", *shapes], id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "shot", "args": {}, "id": "c1"}]),
+        ToolMessage(
+            [{"type": "image", "base64": b64(png), "mime_type": "image/png"}],
+            tool_call_id="c1",
+            name="shot",
+            id="t1",
+        ),
+        AIMessage("Done.", id="a2"),
+    ]
+    history = make_history()
+    history.add(sent)
+    log = history.log()
+    parts = log[0].message.parts
+    assert [type(p).__name__ for p in parts] == [
+        "TextPart",
+        "ImagePart",
+        "ImagePart",
+        "ImagePart",
+        "FilePart",
+        "FilePart",
+        "AudioPart",
+        "AudioPart",
+        "ImagePart",
+    ]
+    assert (parts[1].data, parts[1].detail) == (png, "low")
+    assert (parts[2].url, parts[2].media_type) == ("https://example.com/cat.jpg", "image/jpeg")
+    assert (parts[4].data, parts[4].name, parts[5].name) == (pdf, "a.pdf", "b.pdf")
+    assert (parts[6].media_type, parts[7].media_type, parts[7].data) == ("audio/wav",) * 2 + (wav,)
+    assert parts[8].media_type == "image/png"
+    (result,) = log[2].message.tool_results
+    assert [type(p) for p in result.parts] == [ImagePart] and result.parts[0].data == png
+    assert b64(png)[:100] not in json.dumps([dict(e.message.metadata) for e in log])
+    assert history.get() == sent
+    assert make_history().get() == sent
+
+
+def test_an_ai_message_with_reasoning_round_trips(make_history):
+    sent = [
+        HumanMessage("Is 91 prime?", id="h1"),
+        AIMessage(
+            [
+                {"type": "reasoning", "reasoning": "91 = 7 x 13."},
+                {"type": "text", "text": "No: 7 x 13."},
+            ],
+            id="a1",
+            response_metadata={"model_provider": "openai"},
+        ),
+        HumanMessage("And 97?", id="h2"),
+        AIMessage(
+            [
+                {"type": "thinking", "thinking": "No divisor up to 9.", "signature": "c2ln" * 40},
+                {"type": "redacted_thinking", "data": "ZW5j" * 30},
+                {"type": "text", "text": "Yes."},
+            ],
+            id="a2",
+        ),
+        HumanMessage("Thanks", id="h3"),
+        AIMessage([{"type": "thinking", "thinking": "Nothing to say.", "signature": "s"}], id="a3"),
+    ]
+    history = make_history()
+    history.add(sent)
+    log = history.log()
+    assert log[1].message.parts == (
+        ReasoningPart("openai", text="91 = 7 x 13."),
+        TextPart("No: 7 x 13."),
+    )
+    assert log[1].message.text == "No: 7 x 13."
+    assert log[3].message.parts == (
+        ReasoningPart("anthropic", text="No divisor up to 9.", signature="c2ln" * 40),
+        ReasoningPart("anthropic", encrypted="ZW5j" * 30, redacted=True),
+        TextPart("Yes."),
+    )
+    assert "c2ln" * 40 not in json.dumps(dict(log[3].message.metadata))
+    assert log[5].type == EMPTY_REPLY  # reasoning alone: logged, never in the view
+    assert history.get() == sent[:5]
+    assert make_history().get() == sent[:5]
+
+
+def test_a_block_turnlog_cannot_rebuild_is_kept_whole_in_the_langchain_form(make_history):
+    png = png_bytes(8, 8)
+    wrapped = "\n".join(b64(png)[i : i + 76] for i in range(0, len(b64(png)), 76))
+    sent = [
+        HumanMessage(
+            [
+                {"type": "image", "base64": wrapped, "mime_type": "image/png"},  # not canonical
+                {"type": "image", "base64": "not base64!", "mime_type": "image/png"},
+                {"type": "image", "base64": b64(png), "mime_type": "not a type"},
+                {"type": "video", "url": "https://example.com/v.mp4"},
+            ],
+            id="h1",
+        )
+    ]
+    history = make_history()
+    history.add(sent)
+    (event,) = history.log()
+    assert [type(p) for p in event.message.parts] == [ImagePart]  # the wrapped one, decoded
+    assert event.message.parts[0].data == png
+    assert PARTS_KEY not in event.message.metadata
+    assert history.get() == sent
+
+
+def test_a_turnlog_message_with_parts_reads_back_as_standard_blocks():
+    png = png_bytes(8, 8)
+    message = Message.user(
+        "See:", ImagePart("image/png", data=png), FilePart("text/csv", url="https://e.com/a.csv")
+    )
+    assert from_turnlog(message) == [
+        HumanMessage(
+            [
+                {"type": "text", "text": "See:"},
+                {"type": "image", "base64": b64(png), "mime_type": "image/png"},
+                {"type": "file", "url": "https://e.com/a.csv", "mime_type": "text/csv"},
+            ]
+        )
+    ]
+
+
+def test_a_message_whose_parts_no_longer_fit_its_pointers_reads_from_its_turnlog_form():
+    png = png_bytes(8, 8)
+    sent = HumanMessage(["Here:", {"type": "image", "base64": b64(png), "mime_type": "image/png"}])
+    with SessionService(MemoryStore()) as service:
+        history = TurnlogChatMessageHistory("s", service)
+        history.add_messages([sent])
+        stored = service.events("s")[0].message
+    assert from_turnlog(stored) == [sent]
+    cleared = replace(stored, parts=(TextPart("Here:"), TextPart(" [image cleared]")))
+    assert from_turnlog(cleared) == [
+        HumanMessage(
+            [{"type": "text", "text": "Here:"}, {"type": "text", "text": " [image cleared]"}]
+        )
+    ]

@@ -68,11 +68,14 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.integrations._langchain_parts import PARTS_KEY, blocks, rebuild, split
 from turnlog.integrations._langchain_service import CLEAR_STRATEGY, Backend, Service
+from turnlog.parts import ReasoningPart, TextPart
 
 __all__ = [
     "CLEAR_STRATEGY",
     "EMPTY_REPLY",
+    "PARTS_KEY",
     "RAW_KEY",
     "AsyncLangChainChatModel",
     "LangChainChatModel",
@@ -104,36 +107,68 @@ def _event_id(session_id: str, message_id: str) -> str:
     return f"lc-{digest[:40]}"
 
 
+def _provider(raw: dict[str, Any]) -> str:
+    """The provider a standard reasoning block came from: the message's `model_provider`."""
+    metadata = raw["data"].get("response_metadata")
+    provider = metadata.get("model_provider") if isinstance(metadata, dict) else None
+    return provider if isinstance(provider, str) and provider.strip() else "langchain"
+
+
 def _turnlog_message(message: BaseMessage, raw: dict[str, Any]) -> Message | None:
-    """`message` as a turnlog `Message` carrying `raw`; None for an empty AI reply."""
-    metadata = {RAW_KEY: raw}
+    """`message` as a turnlog `Message` carrying `raw`; None for an empty AI reply.
+
+    The content blocks that map to parts become parts, and the strings the parts hold are
+    taken out of `raw` (see `_langchain_parts`), so the bytes are stored once.
+    """
+    assistant = isinstance(message, AIMessage) or (
+        isinstance(message, ChatMessage) and _CHAT_ROLES.get(message.role.lower()) == "assistant"
+    )
+    parts, pointers, content = split(
+        raw["data"]["content"], assistant=assistant, provider=_provider(raw)
+    )
+    if pointers:
+        raw = {**raw, "data": {**raw["data"], "content": content}}
+    metadata: dict[str, Any] = {RAW_KEY: raw}
+    if pointers:
+        metadata[PARTS_KEY] = pointers
     text = str(message.text)  # a str subclass in langchain-core 1.x: stores take only str
+    shown = any(not isinstance(p, (TextPart, ReasoningPart)) for p in parts)
     if isinstance(message, AIMessage):
         calls = [
             ToolCall(c["id"] or "", c["name"], json.dumps(c["args"], ensure_ascii=False))
             for c in message.tool_calls
         ]
-        if not calls and not text.strip():
+        if not calls and not text.strip() and not shown:
             return None
+        if parts:
+            return Message("assistant", None, tuple(calls), metadata=metadata, parts=tuple(parts))
         return Message("assistant", text or None, tuple(calls), metadata=metadata)
     if isinstance(message, ToolMessage):
         result = ToolResult(
-            message.tool_call_id, message.name or "", text, message.status == "error"
+            message.tool_call_id,
+            message.name or "",
+            "" if parts else text,
+            message.status == "error",
+            parts=tuple(parts),
         )
         return Message("tool", None, tool_results=(result,), metadata=metadata)
+    role: Role
     if isinstance(message, HumanMessage):
-        return Message("user", text, metadata=metadata)
-    if isinstance(message, SystemMessage):
-        return Message("system", text, metadata=metadata)
-    if isinstance(message, ChatMessage):
+        role = "user"
+    elif isinstance(message, SystemMessage):
+        role = "system"
+    elif isinstance(message, ChatMessage):
         role = _CHAT_ROLES.get(message.role.lower(), "user")
-        if role == "assistant" and not text.strip():
+        if role == "assistant" and not text.strip() and not shown:
             return None
-        return Message(role, text, metadata=metadata)
-    raise InvalidInput(
-        f"a {type(message).__name__} cannot be stored in a turnlog session: store "
-        "SystemMessage, HumanMessage, AIMessage, ToolMessage or ChatMessage"
-    )
+    else:
+        raise InvalidInput(
+            f"a {type(message).__name__} cannot be stored in a turnlog session: store "
+            "SystemMessage, HumanMessage, AIMessage, ToolMessage or ChatMessage"
+        )
+    if parts:
+        return Message(role, metadata=metadata, parts=tuple(parts))
+    return Message(role, text, metadata=metadata)
 
 
 def to_event(session_id: str, message: BaseMessage) -> SessionEvent:
@@ -168,6 +203,22 @@ def _args(arguments: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _stored_form(message: Message) -> dict[str, Any] | None:
+    """The `message_to_dict` form stored with `message`, the strings its parts hold put back;
+    None when there is none, or when its parts no longer fit it (cleared by a compaction)."""
+    raw = message.metadata.get(RAW_KEY)
+    if not isinstance(raw, dict):
+        return None
+    pointers = message.metadata.get(PARTS_KEY)
+    if pointers is None:
+        return raw
+    parts = message.tool_results[0].parts if message.tool_results else message.parts
+    content = rebuild(raw["data"]["content"], pointers, parts)
+    if content is None:
+        return None
+    return {**raw, "data": {**raw["data"], "content": content}}
+
+
 def from_turnlog(message: Message) -> list[BaseMessage]:
     """The LangChain messages for a turnlog message of the view.
 
@@ -179,14 +230,17 @@ def from_turnlog(message: Message) -> list[BaseMessage]:
     Returns:
         One message, or one per tool result.
     """
-    raw = message.metadata.get(RAW_KEY)
-    if isinstance(raw, dict):
+    raw = _stored_form(message)
+    if raw is not None:
         return list(messages_from_dict([raw]))
     text = message.text or ""
+    content: str | list[str | dict[str, Any]] = text
+    if message.parts:
+        content = list(blocks(message.parts))
     if message.role == "system":
-        return [SystemMessage(text)]
+        return [SystemMessage(content)]
     if message.role == "user":
-        return [HumanMessage(text)]
+        return [HumanMessage(content)]
     if message.role == "assistant":
         calls: list[LangChainToolCall] = []
         invalid: list[InvalidToolCall] = []
