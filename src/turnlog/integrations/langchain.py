@@ -11,6 +11,9 @@ Each LangChain message is stored as a turnlog `Message` (so views, rules, token 
 compaction work on it) and, under the message metadata key `"langchain"`, as LangChain's own
 `message_to_dict` form, from which it is read back: ids, names, `additional_kwargs`,
 `response_metadata`, `usage_metadata`, list content, artifacts and status come back equal.
+Image, file, audio and reasoning content blocks become turnlog parts (counted, summarized); the
+bytes and texts they hold are kept in the parts alone and put back into the LangChain form on
+read (metadata key `"langchain_parts"`).
 
 Needs `pip install 'turnlog[langchain]'`. See docs/integrations/langchain.md.
 """
@@ -86,7 +89,8 @@ __all__ = [
 ]
 
 RAW_KEY: Final = "langchain"
-"""The message metadata key holding a LangChain message's `message_to_dict` form."""
+"""The message metadata key holding a LangChain message's `message_to_dict` form (with the
+strings its parts hold replaced by "", see `PARTS_KEY`)."""
 EMPTY_REPLY: Final = EventType.of("LANGCHAIN.EMPTY_REPLY")
 """The event type of an `AIMessage` with no text and no tool calls: it is logged (payload: its
 `message_to_dict` form) but, as providers refuse such a message, never in the view."""
