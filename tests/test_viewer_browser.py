@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from server_procs import die_with_parent, free_ports
-from turnlog import Message, SessionEvent, SessionService, SqliteStore
+from turnlog import ImagePart, Message, ReasoningPart, SessionEvent, SessionService, SqliteStore
 from turnlog.cli import main
 
 CHROMIUM = (
@@ -30,12 +30,39 @@ BIG_EVENTS = 100_000
 FIRST_SCREEN_BUDGET = 1.0  # seconds, the budget for the 100,000-event session
 
 
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg" onload="window.pwned=4"><rect width="9"/></svg>'
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
 def _build(path: Path) -> None:
     assert main(["--db", str(path), "demo"]) == 0
     with SessionService(SqliteStore(path)) as svc:
         svc.create(HOSTILE_ID, metadata={"note": f"{SCRIPT}<img src=x onerror=window.pwned=2>"})
         svc.append_message(HOSTILE_ID, Message.user(f"hi {SCRIPT}"))
         svc.append_message(HOSTILE_ID, Message.assistant("<img src=x onerror=window.pwned=3>"))
+        svc.create("parts")
+        svc.append_message(
+            "parts",
+            Message.user(
+                "Look:",
+                ImagePart("image/png", data=_png(), width=3, height=2, filename="dot.png"),
+                ImagePart("image/svg+xml", data=SVG, filename="evil.svg"),
+                ImagePart("image/png", url="https://example.com/cat.png"),
+            ),
+        )
+        svc.append_message(
+            "parts",
+            Message.assistant(parts=[ReasoningPart("anthropic", "secret musing"), "A dot."]),
+        )
         svc.create("big")
         events = []
         for n in range(BIG_EVENTS // 2):
@@ -170,6 +197,28 @@ def test_hostile_content_runs_no_script(server: tuple[str, int], page: Page) -> 
     page.goto(base + f"/sessions/{sid}")
     assert SCRIPT in page.locator("#timeline").inner_text()
     assert page.locator("h1").inner_text() == HOSTILE_ID
+
+
+def test_an_image_part_renders_under_the_policy(server: tuple[str, int], page: Page) -> None:
+    base, _ = server
+    page.add_init_script(
+        "document.addEventListener('securitypolicyviolation', e => "
+        "(window.violations = window.violations || [])"
+        ".push(e.violatedDirective + ' ' + e.blockedURI))"
+    )
+    for path in ("/sessions/parts", "/sessions/parts/view"):
+        page.goto(base + path, wait_until="load")
+        images = page.locator("img")
+        assert images.count() == 1, path  # the PNG; not the SVG, not the URL
+        assert images.first.get_attribute("src") == "/sessions/parts/events/1/parts/1"
+        assert images.first.evaluate("img => img.complete && img.naturalWidth") == 3
+        assert page.evaluate("window.violations || []") == [], path
+        assert page.evaluate("typeof window.pwned") == "undefined", path
+        reasoning = page.locator("details.reasoning")
+        assert reasoning.count() == 1 and not reasoning.first.evaluate("d => d.open")
+        assert not page.get_by_text("secret musing").is_visible()
+        reasoning.locator("summary").click()
+        assert page.get_by_text("secret musing").is_visible()
 
 
 def _rss_kb(pid: int) -> int:
