@@ -550,3 +550,93 @@ def test_the_blocking_example_runs(server, tmp_path, monkeypatch):
         asyncio.set_event_loop(None)
         loop.close()
     assert stored_texts(tmp_path / "chat.db", "user-42") == ["Hi, I'm Ann.", "Hello Ann."]
+
+
+def png_bytes(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_images_in_a_user_prompt_are_stored_as_image_parts_and_counted(tmp_path: Path) -> None:
+    from pydantic_ai.messages import BinaryContent, DocumentUrl
+
+    from turnlog import FilePart, ImagePart
+    from turnlog.events import SessionEvent
+    from turnlog.tokens import event_tokens
+
+    png = png_bytes(640, 480)
+    prompt = UserPromptPart(
+        [
+            "What is in these?",
+            BinaryContent(png, media_type="image/png"),
+            ImageUrl("https://example.test/b.jpg", vendor_metadata={"detail": "low"}),
+            "and this:",
+            DocumentUrl("https://example.test/c.pdf"),
+        ],
+        timestamp=T0,
+    )
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[prompt], timestamp=T0),
+        ModelResponse(parts=[TextPart("a red square")], timestamp=T0),
+    ]
+    with SessionService(SqliteStore(str(tmp_path / "log.db"))) as service:
+        save_history(service, "s1", messages)
+        user = service.events("s1")[0]
+        assert user.message is not None
+        assert user.message.text == "What is in these?\nand this:"
+        parts = user.message.parts
+        assert parts[1] == ImagePart("image/png", data=png)
+        assert parts[2] == ImagePart("image/jpeg", url="https://example.test/b.jpg", detail="low")
+        assert parts[4] == FilePart("application/pdf", url="https://example.test/c.pdf")
+        # The bytes are stored once: the stored form of the prompt holds a pointer to the part.
+        share = user.message.metadata["pydantic_ai"]
+        assert share["bytes"] == [[0, 1, 1]]
+        assert share["parts"][0]["content"][1]["data"] == ""
+        counter = event_tokens()
+        text_alone = SessionEvent.for_message("s1", Message.user(user.message.text or ""))
+        assert counter.of(user) > counter.of(text_alone) + 300  # two images and a PDF page
+    with SessionService(SqliteStore(str(tmp_path / "log.db"))) as service:
+        loaded = load_history(service, "s1")
+    assert as_json(loaded) == as_json(messages)
+    assert loaded[0].parts[0].content[1].data == png  # type: ignore[union-attr,index]
+
+
+def test_thinking_is_stored_as_reasoning_and_round_trips() -> None:
+    from turnlog import ReasoningPart
+    from turnlog import TextPart as TlTextPart
+
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("hi", timestamp=T0)], timestamp=T0),
+        ModelResponse(
+            parts=[
+                ThinkingPart("the user greets", signature="sig-1", provider_name="anthropic"),
+                TextPart("hello"),
+            ],
+            timestamp=T0,
+        ),
+        ModelRequest(parts=[UserPromptPart("again", timestamp=T0)], timestamp=T0),
+        ModelResponse(parts=[ThinkingPart("hmm")], timestamp=T0),
+    ]
+    with SessionService(MemoryStore()) as service:
+        save_history(service, "s1", messages)
+        replies = [
+            e.message for e in service.events("s1") if e.message and e.message.role == "assistant"
+        ]
+        assert replies[0].parts == (
+            ReasoningPart("anthropic", text="the user greets", signature="sig-1"),
+            TlTextPart("hello"),
+        )
+        assert replies[0].text == "hello"
+        assert replies[1].parts == (
+            ReasoningPart("pydantic-ai", text="hmm"),
+            TlTextPart("[thinking]"),
+        )
+    copies = ModelMessagesTypeAdapter.validate_json(as_json(messages))
+    with SessionService(MemoryStore()) as fresh:
+        save_history(fresh, "s1", copies)
+        assert as_json(load_history(fresh, "s1")) == as_json(messages)

@@ -8,6 +8,7 @@ prompt and tool returns are separate turns in turnlog); every one of them carrie
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic_ai.messages import (
+    AudioUrl,
     BaseToolReturnPart,
+    BinaryContent,
+    DocumentUrl,
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -29,9 +34,12 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    VideoUrl,
 )
 
+from turnlog import parts as tl
 from turnlog.compaction import sent_events
+from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import EventType, JsonValue, Message, SessionEvent, ToolCall, ToolResult
 from turnlog.rules import repair_messages
 
@@ -100,12 +108,17 @@ def is_synthetic(message: ModelMessage) -> bool:
 
 @dataclass
 class _Turn:
-    """One turnlog message being built from part of a request: its role, text, results, parts."""
+    """One turnlog message being built from part of a request: its role, text, results, the
+    request's parts it holds (by index), and its turnlog parts when it has any besides text."""
 
     role: str
     texts: list[str]
     results: list[ToolResult]
     parts: list[int]
+    content: tuple[tl.Part, ...] = ()
+    bytes_at: tuple[tuple[int, int, int], ...] = ()
+    """Where inline bytes are held by `content` rather than the stored form: (request part
+    index, index in its content, index in `content`), one per `BinaryContent`."""
 
 
 def _user_text(part: UserPromptPart) -> str:
@@ -120,6 +133,57 @@ def _user_text(part: UserPromptPart) -> str:
     return "\n".join(pieces)
 
 
+def _detail(item: ImageUrl | BinaryContent) -> str | None:
+    detail = (item.vendor_metadata or {}).get("detail")
+    return detail if detail in tl.DETAILS else None
+
+
+def _media_part(item: object) -> tl.Part | None:
+    """The turnlog part of a pydantic-ai multi-modal item; None for one turnlog does not model
+    (or one whose media type or URL a part refuses): it stays a note in the text."""
+    try:
+        if isinstance(item, BinaryContent):
+            if item.is_image:
+                return tl.ImagePart(item.media_type, data=item.data, detail=_detail(item))
+            if item.is_audio:
+                return tl.AudioPart(item.media_type, data=item.data)
+            return tl.FilePart(item.media_type, data=item.data)
+        if isinstance(item, ImageUrl):
+            return tl.ImagePart(item.media_type, url=item.url, detail=_detail(item))
+        if isinstance(item, AudioUrl):
+            return tl.AudioPart(item.media_type, url=item.url)
+        if isinstance(item, (DocumentUrl, VideoUrl)):
+            return tl.FilePart(item.media_type, url=item.url)
+    except (InvalidInput, ValueError):  # ValueError: a URL whose media type cannot be inferred
+        return None
+    return None
+
+
+def _user_parts(
+    part: UserPromptPart, index: int
+) -> tuple[tuple[tl.Part, ...], tuple[tuple[int, int, int], ...]]:
+    """A user prompt's content as turnlog parts (texts joined by newlines, as `_user_text`
+    joins them), and where its inline bytes are; empty when it holds no image, file or audio."""
+    if isinstance(part.content, str):
+        return (), ()
+    out: list[tl.Part] = []
+    bytes_at: list[tuple[int, int, int]] = []
+    texts = 0
+    for j, item in enumerate(part.content):
+        media = None if isinstance(item, str) else _media_part(item)
+        if media is not None:
+            if isinstance(item, BinaryContent):
+                bytes_at.append((index, j, len(out)))
+            out.append(media)
+            continue
+        text = item if isinstance(item, str) else f"[{getattr(item, 'kind', 'content')}]"
+        out.append(tl.TextPart("\n" + text if texts else text))
+        texts += 1
+    if all(type(p) is tl.TextPart for p in out):
+        return (), ()
+    return tuple(out), tuple(bytes_at)
+
+
 def _request_turns(request: ModelRequest) -> list[_Turn]:
     """Split a request into turns: system prompt, user text, tool results (several per turn)."""
     turns: list[_Turn] = []
@@ -128,7 +192,8 @@ def _request_turns(request: ModelRequest) -> list[_Turn]:
         if isinstance(part, SystemPromptPart):
             turn = _Turn("system", [part.content], [], [])
         elif isinstance(part, UserPromptPart):
-            turn = _Turn("user", [_user_text(part)], [], [])
+            content, bytes_at = _user_parts(part, index)
+            turn = _Turn("user", [_user_text(part)], [], [], content, bytes_at)
         elif isinstance(part, RetryFeedbackPart):
             turn = _Turn("user", [part.model_response()], [], [])
         elif isinstance(part, BaseToolReturnPart) and not isinstance(part, NativeToolReturnPart):
@@ -164,11 +229,73 @@ def _response_message(response: ModelResponse) -> Message:
         if isinstance(p, ToolCallPart)
     ]
     text = "\n\n".join(texts) if texts else None
-    if not calls and not (text and text.strip()):
-        thinking = [p.content for p in response.parts if isinstance(p, ThinkingPart)]
-        kinds = ", ".join(p.part_kind for p in response.parts) or "empty"
-        text = "\n\n".join(thinking) if any(t.strip() for t in thinking) else f"[{kinds}]"
+    blank = not calls and not (text and text.strip())
+    kinds = ", ".join(p.part_kind for p in response.parts) or "empty"
+    if any(isinstance(p, ThinkingPart) for p in response.parts):
+        # Reasoning and text in order (texts joined by blank lines, as without reasoning); a
+        # reply of nothing but reasoning gets a note as its text, as a reply needs some.
+        parts: list[tl.Part] = []
+        joined = False
+        for p in response.parts:
+            if isinstance(p, ThinkingPart):
+                parts.append(
+                    tl.ReasoningPart(
+                        p.provider_name or "pydantic-ai", text=p.content, signature=p.signature
+                    )
+                )
+            elif isinstance(p, TextPart):
+                parts.append(tl.TextPart("\n\n" + p.content if joined else p.content))
+                joined = True
+        if blank:
+            parts.append(tl.TextPart(f"\n\n[{kinds}]" if joined else f"[{kinds}]"))
+        return Message("assistant", None, tuple(calls), parts=tuple(parts))
+    if blank:
+        text = f"[{kinds}]"
     return Message("assistant", text, tuple(calls))
+
+
+def _b64(data: bytes) -> str:
+    """Bytes as `ModelMessagesTypeAdapter` dumps them to JSON (URL-safe base64)."""
+    return base64.urlsafe_b64encode(data).decode()
+
+
+def _without_bytes(
+    shared: list[JsonValue], at: Sequence[int], turn: _Turn
+) -> tuple[list[JsonValue], list[list[int]]]:
+    """`shared` (the stored form of the request parts at `at`) with the inline bytes the turn's
+    parts hold blanked, and pointers to put them back: [position in `shared`, index in its
+    content, index in the message's parts]. Bytes whose stored form is not theirs stay."""
+    out = list(shared)
+    pointers: list[list[int]] = []
+    for index, j, k in turn.bytes_at:
+        position = list(at).index(index)
+        stored = out[position]
+        data = getattr(turn.content[k], "data", None)
+        item = stored["content"][j]
+        if data is None or item.get("data") != _b64(data):
+            continue
+        content = list(stored["content"])
+        content[j] = {**item, "data": ""}
+        out[position] = {**stored, "content": content}
+        pointers.append([position, j, k])
+    return out, pointers
+
+
+def _with_bytes(share: Mapping[str, Any], message: Message) -> list[JsonValue]:
+    """The stored form of a share's parts with the bytes `_without_bytes` took out put back."""
+    parts: list[JsonValue] = list(share["parts"])
+    for position, j, k in share.get("bytes", ()):
+        data = getattr(message.parts[k], "data", None) if k < len(message.parts) else None
+        if not isinstance(data, bytes):
+            raise CorruptData(
+                f"the pydantic-ai message {share['key']!r} lost the bytes of its part {k}: "
+                "the event's parts do not hold them inline"
+            )
+        stored = parts[position]
+        content = list(stored["content"])
+        content[j] = {**content[j], "data": _b64(data)}
+        parts[position] = {**stored, "content": content}
+    return parts
 
 
 def events_for(
@@ -182,14 +309,20 @@ def events_for(
     parts: list[JsonValue] = list(dumped["parts"])
     count = len(parts)
 
-    def meta(indices: Sequence[int]) -> dict[str, JsonValue]:
-        share = {
+    def meta(indices: Sequence[int], turn: _Turn | None = None) -> dict[str, JsonValue]:
+        shared = [parts[i] for i in indices]
+        pointers: list[list[int]] = []
+        if turn is not None and turn.bytes_at:
+            shared, pointers = _without_bytes(shared, indices, turn)
+        share: dict[str, JsonValue] = {
             "key": key,
             "message": envelope,
-            "parts": [parts[i] for i in indices],
+            "parts": shared,
             "at": list(indices),
             "count": count,
         }
+        if pointers:
+            share["bytes"] = pointers
         return {META_KEY: share}
 
     def event_id(n: int) -> str:
@@ -197,7 +330,13 @@ def events_for(
 
     if isinstance(message, ModelResponse):
         base = _response_message(message)
-        stored = Message("assistant", base.text, base.tool_calls, metadata=meta(range(count)))
+        stored = Message(
+            "assistant",
+            None if base.parts else base.text,
+            base.tool_calls,
+            metadata=meta(range(count)),
+            parts=base.parts,
+        )
         return [SessionEvent.for_message(session_id, stored, event_id=event_id(0))]
     turns = _request_turns(message)
     if not turns:
@@ -208,9 +347,10 @@ def events_for(
         text = "\n\n".join(turn.texts) if turn.texts else None
         stored = Message(
             turn.role,  # type: ignore[arg-type]
-            None if turn.role == "tool" else text,
+            None if turn.role == "tool" or turn.content else text,
             tool_results=tuple(turn.results),
-            metadata=meta(turn.parts),
+            metadata=meta(turn.parts, turn),
+            parts=turn.content,
         )
         events.append(SessionEvent.for_message(session_id, stored, event_id=event_id(n)))
     return events
@@ -285,20 +425,23 @@ def to_model_messages(
             index += 1
             continue
         key = share["key"]
-        group: list[tuple[int, JsonValue]] = []
+        shares: list[tuple[Mapping[str, Any], Message]] = []
         while index < len(view):
             next_share = view[index].metadata.get(META_KEY)
             if not isinstance(next_share, Mapping) or next_share["key"] != key:
                 break
-            group.extend(zip(next_share["at"], next_share["parts"], strict=True))
+            shares.append((next_share, view[index]))
             index += 1
-        group.sort(key=lambda pair: pair[0])
-        whole = len(group) == share["count"]
+        whole = sum(len(s["at"]) for s, _ in shares) == share["count"]
         original = found.get(key)
         if whole and original is not None:
             mark(original, session_id, key)
             out.append(original)
         else:
+            group: list[tuple[int, JsonValue]] = []
+            for next_share, turn in shares:
+                group.extend(zip(next_share["at"], _with_bytes(next_share, turn), strict=True))
+            group.sort(key=lambda pair: pair[0])
             out.append((key, {**share["message"], "parts": [part for _, part in group]}))
     stored = [slot[1] for slot in out if isinstance(slot, tuple)]
     loaded = iter(ModelMessagesTypeAdapter.validate_python(stored) if stored else [])

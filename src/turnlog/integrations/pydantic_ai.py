@@ -15,7 +15,10 @@ Three ways in, from the least to the most manual:
 Every message is stored once (its event ids derive from its content, so saving it again is a
 no-op), as turnlog turns a model reads (system prompt, user prompt, tool results, the assistant's
 reply and tool calls) with the message's exact serialized form beside them: the view gives back
-the messages that were stored, and a tool call is never separated from its return.
+the messages that were stored, and a tool call is never separated from its return. A user
+prompt's images, documents and audio (`BinaryContent`, `ImageUrl`, `DocumentUrl`, `AudioUrl`)
+and a response's `ThinkingPart`s are stored as turnlog content parts (inline bytes once, in the
+part), so they are counted, compacted and summarized.
 """
 
 from __future__ import annotations
