@@ -385,3 +385,50 @@ def test_the_cap_holds_with_the_default_o200k_counter():
         messages.append(Message.user(f"more {n}: " + "détails " * n))
     summary = summarize(messages, ExtractiveSummarizer(max_tokens=700), counter=counter)
     assert 600 < turn_tokens(counter, DEFAULT_SHADOW_PROMPT, summary.text) <= 700
+
+
+# -- content parts: the attachments of covered events are named (issue 25 item 4) -------------
+
+
+def test_the_attachments_of_covered_turns_are_listed_and_reasoning_is_not(service):
+    from turnlog import ImagePart, ReasoningPart, TextPart
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 5_000  # the bytes need not decode to be named
+    ref = "sha256:" + "ab" * 32
+    sid = service.create().id
+    shot = ToolResult(
+        "c1", "screenshot", "", parts=(TextPart("the page"), ImagePart("image/png", data=png))
+    )
+    add(
+        service,
+        sid,
+        Message.user(
+            "What is in this picture?",
+            ImagePart("image/jpeg", ref=ref, size=48_213, filename="cat.jpg"),
+        ),
+        Message.assistant(
+            parts=[ReasoningPart("anthropic", "secret thoughts", signature="sig")],
+            tool_calls=[call("c1", "screenshot")],
+        ),
+        Message.tool(shot),
+        Message.assistant(answer(1)),
+        *turns(2),
+    )
+
+    result = compact(service, sid, ExtractiveSummarizer())
+
+    summary = result.summary[1].text
+    attachments = summary.split("Attachments:\n")[1].split("\n")[:2]
+    assert attachments == [
+        "- T1: [image: image/jpeg, cat.jpg, 48,213 bytes, sha256:abababababab]",
+        "- T1: [image: image/png, 5,008 bytes]",
+    ]
+    assert "secret thoughts" not in summary and "reasoning" not in summary
+    record = result.summary[1].metadata[EXTRACT_METADATA_KEY]
+    assert [e[1] for e in record["attachments"]] == [a[len("- T1: ") :] for a in attachments]
+    # the next pass carries them forward from the record
+    add(service, sid, *turns(3))
+    again = compact(service, sid, ExtractiveSummarizer())
+    assert (
+        "[image: image/jpeg, cat.jpg, 48,213 bytes, sha256:abababababab]" in again.summary[1].text
+    )

@@ -307,7 +307,7 @@ def test_images_documents_and_tool_result_images_reach_anthropic(kind, server):
         },
         {"type": "document", "source": {"type": "url", "url": "https://example.com/r.pdf"}},
         {"type": "text", "text": f"[audio: audio/wav, {len(WAV)} bytes]"},
-        {"type": "text", "text": "[image: image/png, 70 bytes]"},
+        {"type": "text", "text": "[image: image/png, 70 bytes, sha256:aaaaaaaaaaaa]"},
     ]
     # only Anthropic's own signed reasoning goes back: never OpenAI's, nor another's blocks
     assert assistant["content"] == [

@@ -422,7 +422,8 @@ def test_event_text_renders_parts_as_notes():
     clip = AudioPart("audio/wav", url="https://a/b.wav", seconds=3.21)
     user = SessionEvent.for_message("s", Message.user("What is this?", image, pdf, clip, "ok?"))
     assert event_text(user) == (
-        "User: What is this? [image: image/png, 1024x768, cat.png, 150,000 bytes] "
+        "User: What is this? [image: image/png, 1024x768, cat.png, 150,000 bytes, "
+        f"{REF[:19]}] "  # an attachment is named by the start of its reference
         "[file: application/pdf, report.pdf, 12 pages] [audio: audio/wav, 3.2 s] ok?"
     )
     reply = Message.assistant(

@@ -28,8 +28,10 @@ def part_note(part: Part) -> str:
 
     `[image: image/png, 1024x768, cat.png, 150,000 bytes]`,
     `[file: application/pdf, report.pdf, 12 pages, 48,213 bytes]`, `[audio: audio/wav, 3.2 s]`
-    (each item only when known), `[reasoning]` (`[reasoning, redacted]`: never its text, which
-    is the provider's and goes back to it alone), `[provider: anthropic, web_search_tool_result]`.
+    (each item only when known; a part held as an attachment ends with the start of its
+    reference, `sha256:` and 12 hex digits), `[reasoning]` (`[reasoning, redacted]`: never its
+    text, which is the provider's and goes back to it alone),
+    `[provider: anthropic, web_search_tool_result]`.
     A text part is its text.
     """
     if type(part) is TextPart:
@@ -59,6 +61,8 @@ def part_note(part: Part) -> str:
         raise TypeError(f"not a part: {type(part).__name__}")
     if part.size is not None:
         items.append(f"{part.size:,} bytes")
+    if part.ref is not None:  # the attachment's first 12 hex digits: enough to tell them apart
+        items.append(part.ref[: len("sha256:") + 12])
     return f"[{items[0]}: {', '.join(items[1:])}]"
 
 

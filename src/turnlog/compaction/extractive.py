@@ -21,6 +21,8 @@ from turnlog.compaction.files import (
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT, FilesFunction
 from turnlog.errors import InvalidInput
 from turnlog.events import JsonValue, Message, SessionEvent, ToolCall, ToolResult
+from turnlog.parts import ReasoningPart, TextPart
+from turnlog.text import part_note
 from turnlog.tokens import TokenCounter
 
 __all__ = ["EXTRACT_METADATA_KEY", "ExtractiveSummarizer", "looks_like_error"]
@@ -33,12 +35,21 @@ _SECTIONS: Final = (
     ("earlier", "Earlier summary:"),
     ("requests", "User requests:"),
     ("tools", "Tool calls:"),
+    ("attachments", "Attachments:"),
     ("errors", "Errors:"),
     ("conclusions", "Conclusions:"),
 )
 # Which entries go first when the cap is reached: the oldest turn first, and within a turn an
-# earlier summary's text, then tool calls, errors, conclusions, and the user's request last.
-_DROP_RANK: Final = {"earlier": 0, "tools": 1, "errors": 2, "conclusions": 3, "requests": 4}
+# earlier summary's text, then tool calls, attachments, errors, conclusions, and the user's
+# request last.
+_DROP_RANK: Final = {
+    "earlier": 0,
+    "tools": 1,
+    "attachments": 2,
+    "errors": 3,
+    "conclusions": 4,
+    "requests": 5,
+}
 _ERROR_START: Final = re.compile(r"(error|exception|traceback|failed|failure|fatal)\b", re.I)
 _SPACE: Final = re.compile(r"\s+")
 
@@ -199,6 +210,9 @@ class ExtractiveSummarizer:
                 if failed:
                     line = self._line(f"{result.name}: {result.content}")
                     entries.append(_Entry(turns, "errors", line))
+            for part in (*m.parts, *(p for r in m.tool_results for p in r.parts)):
+                if type(part) not in (TextPart, ReasoningPart):  # images, files, audio, blocks
+                    entries.append(_Entry(turns, "attachments", self._line(part_note(part))))
             if m.role == "assistant" and (m.text or "").strip():
                 conclusion = _Entry(turns, "conclusions", self._line(m.text or ""))
         if conclusion is not None:
