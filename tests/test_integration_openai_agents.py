@@ -21,8 +21,19 @@ from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from turnlog import CompactionWindow, InvalidInput, TurnCountTrigger, WindowCompactionStrategy
-from turnlog.integrations.openai_agents import ITEMS_KEY, TurnlogSession
+from turnlog import (
+    CompactionWindow,
+    FilePart,
+    ImagePart,
+    InvalidInput,
+    Message,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+    TurnCountTrigger,
+    WindowCompactionStrategy,
+)
+from turnlog.integrations.openai_agents import PARTS_KEY, TurnlogSession, stored_items
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores.memory_async import AsyncMemoryStore
 from turnlog.stores.sqlite_async import AsyncSqliteStore
@@ -460,9 +471,7 @@ def test_a_call_output_gets_its_tool_name_from_an_earlier_batch(service):
 
 
 def _log_items(service, sid):
-    return [
-        json.loads(raw) for e in run(service.events(sid)) for raw in e.metadata.get(ITEMS_KEY, [])
-    ]
+    return [i for e in run(service.events(sid)) for i in stored_items(e)]
 
 
 def test_pop_and_clear_never_delete_from_the_log(service):
@@ -600,7 +609,7 @@ def test_a_real_run_over_several_turns_with_tools_and_a_compaction(tmp_path):
         "message",
     ]
     # the log still holds every turn and the compactions
-    logged = json.dumps([json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])])
+    logged = json.dumps([i for e in log for i in stored_items(e)])
     assert all(f"Weather in {c}?" in logged for c in cities)
     assert sum(e.type.name == "COMPACTION" for e in log) >= 1
     assert final_view[-1]["content"][0]["text"] == "Lima: sunny"
@@ -708,11 +717,7 @@ def test_the_server_stores_keep_items_through_pops_clears_and_compaction(server_
             compacted = await session.get_items()
             await session.clear_session()
             cleared = await session.get_items()
-            log = [
-                json.loads(r)
-                for e in await service.events("srv")
-                for r in e.metadata.get(ITEMS_KEY, [])
-            ]
+            log = [i for e in await service.events("srv") for i in stored_items(e)]
             return stored, popped, compacted, cleared, log
 
     stored, popped, compacted, cleared, log = run(main())
@@ -767,7 +772,7 @@ def test_an_approval_interruption_resumes_on_the_session_with_compaction(tmp_pat
         "message",
     ]
     assert view[2] == {"call_id": "c1", "output": "deleted a.txt", "type": "function_call_output"}
-    assert "Hi." in json.dumps([json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])])
+    assert "Hi." in json.dumps([i for e in log for i in stored_items(e)])
 
 
 def test_a_call_without_a_call_id_is_kept_as_an_item_of_its_own_kind(service):
@@ -942,7 +947,7 @@ def test_a_pop_or_clear_between_a_runs_input_and_output_never_hands_out_an_orpha
     calls = [i.get("call_id") for i in sent if i.get("type") == "function_call"]
     outputs = [i.get("call_id") for i in sent if i.get("type") == "function_call_output"]
     assert set(outputs) <= set(calls)  # what the Responses API would be sent is valid
-    logged = [json.loads(r) for e in log for r in e.metadata.get(ITEMS_KEY, [])]
+    logged = [i for e in log for i in stored_items(e)]
     assert any(i.get("type") == "function_call_output" for i in logged)  # the log keeps it
 
 
@@ -965,3 +970,129 @@ def test_compactions_keeps_every_pass_of_a_run(service):
     run(session.add_items(turns[4]))
     assert session.last_compaction is not None
     assert len(session.compactions) == 2 and not any(c.unchanged for c in session.compactions)
+
+
+# -- content parts: images, files and reasoning are parts of the log -------------------------
+
+
+def png_bytes(width=640, height=480):
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def data_url(media_type, data):
+    import base64
+
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def test_an_input_image_is_stored_as_an_image_part_counted_and_given_back_unchanged(service):
+    from turnlog.tokens import default_counter
+
+    png = png_bytes()
+    url = data_url("image/png", png)
+    item = {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What colour is this?"},
+            {"type": "input_image", "image_url": url, "detail": "high"},
+        ],
+    }
+    session = TurnlogSession("img", service)
+    run(session.add_items([item]))
+    assert run(session.get_items()) == [item]
+    assert json.dumps(run(session.get_items())) == json.dumps([item])
+    [event] = run(service.events("img"))
+    assert event.message.text == "What colour is this?"
+    image = event.message.parts[1]
+    assert type(image) is ImagePart
+    assert (image.media_type, image.data, image.detail) == ("image/png", png, "high")
+    assert stored_items(event) == [item]
+    # the bytes are stored once: in the part, not again in the item's JSON
+    assert url not in json.dumps(event.metadata)
+    assert event.metadata[PARTS_KEY] == [[0, ["content", 1, "image_url"], 1, "data_url"]]
+    counter = default_counter()
+    text_alone = counter.count(Message.user("What colour is this?").text)
+    assert (
+        event.tokens is not None and event.tokens.count > text_alone + 300
+    )  # 640x480: 444 by default
+
+
+def test_image_urls_files_and_file_ids_become_parts(service):
+    pdf = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+    content = [
+        {"type": "input_text", "text": "Compare."},
+        {"type": "input_image", "image_url": "https://example.com/cat.jpg"},
+        {"type": "input_image", "file_id": "file-img", "detail": "low"},
+        {"type": "input_file", "file_data": data_url("application/pdf", pdf), "filename": "a.pdf"},
+        {"type": "input_file", "file_url": "https://example.com/b.pdf"},
+        {"type": "input_file", "file_id": "file-doc"},
+        {"type": "input_text", "text": "Briefly."},
+    ]
+    item = {"role": "user", "content": content}
+    session = TurnlogSession("files", service)
+    run(session.add_items([item]))
+    assert json.dumps(run(session.get_items())) == json.dumps([item])
+    [event] = run(service.events("files"))
+    parts = event.message.parts
+    assert parts[1] == ImagePart("image/jpeg", url="https://example.com/cat.jpg")
+    assert parts[2] == ProviderPart("openai", "input_image", content[2])
+    assert parts[3] == FilePart("application/pdf", data=pdf, name="a.pdf")
+    assert parts[4] == FilePart("application/pdf", url="https://example.com/b.pdf")
+    assert parts[5] == ProviderPart("openai", "input_file", content[5])
+    assert event.message.text == "Compare.\nBriefly."
+
+
+def test_a_reasoning_item_round_trips_and_is_stored_as_a_reasoning_part(service):
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_9",
+        "summary": [
+            {"type": "summary_text", "text": "Check the forecast."},
+            {"type": "summary_text", "text": "Then answer."},
+        ],
+        "encrypted_content": "gAAAAAB" + "x" * 4000,
+    }
+    answer = {
+        "id": "msg_9",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "It is 3 C.", "annotations": []}],
+    }
+    items = [{"role": "user", "content": "Weather?"}, reasoning, answer]
+    session = TurnlogSession("rs", service)
+    run(session.add_items(items))
+    assert json.dumps(run(session.get_items())) == json.dumps(items)
+    event = run(service.events("rs"))[1]
+    assert event.message.text == "It is 3 C."
+    assert event.message.parts[0] == ReasoningPart(
+        "openai",
+        text="Check the forecast.\n\nThen answer.",
+        encrypted=reasoning["encrypted_content"],
+    )
+    assert reasoning["encrypted_content"] not in json.dumps(event.metadata)
+    assert "rs_9" in json.dumps(event.metadata)  # the item id stays with the item
+    assert stored_items(event) == [reasoning, answer]
+    # a pop of the answer keeps the reasoning in a stand-in, whole
+    assert run(session.pop_item()) == answer
+    assert json.dumps(run(session.get_items())) == json.dumps(items[:2])
+
+
+def test_reasoning_alone_keeps_a_label_and_an_unreadable_image_stays_as_text(service):
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    bad = {
+        "role": "user",
+        "content": [{"type": "input_image", "image_url": "data:image/png;base64,@@"}],
+    }
+    session = TurnlogSession("odd", service)
+    run(session.add_items([bad, reasoning]))
+    assert json.dumps(run(session.get_items())) == json.dumps([bad, reasoning])
+    user, model = run(service.events("odd"))
+    assert user.message.parts == () and user.message.text == "[input_image]"
+    assert model.message.parts == (ReasoningPart("openai"), TextPart("[reasoning]"))

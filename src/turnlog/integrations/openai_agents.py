@@ -5,16 +5,19 @@ The SDK's items are kept exactly as it gave them, and the model sees the session
 
 How the items map onto turnlog's log, so that the view rules and compaction work on them:
 
-- a user message is a user message; a system or developer message is a system message;
+- a user message is a user message; a system or developer message is a system message; the
+  `input_image` and `input_file` items of their content are `ImagePart`s and `FilePart`s (one
+  named only by a `file_id` is a `ProviderPart("openai", "input_image" | "input_file", ...)`);
 - the items the model produced between two inputs (assistant messages, function calls, reasoning,
   hosted-tool calls, anything unknown) are one assistant message: its text is the text of the
   assistant messages (or a short `[reasoning]`-style label when there is none), its tool calls
-  are the function calls;
+  are the function calls, and each `reasoning` item is a `ReasoningPart("openai", ...)`;
 - consecutive function call outputs are one tool message, a `ToolResult` for each.
 
 Every event keeps the JSON of its items, as the SDK serialized them, in its metadata under
-`ITEMS_KEY`; `get_items` returns those, so a later run sends byte for byte what was stored. The
-summary messages a compaction writes come back as plain `{"role": ..., "content": ...}` items.
+`ITEMS_KEY`, less the strings its parts hold (stored once, in the part); `get_items` returns the
+items whole, so a later run sends byte for byte what was stored. The summary messages a
+compaction writes come back as plain `{"role": ..., "content": ...}` items.
 
 Needs the `openai-agents` extra: `pip install 'turnlog[openai-agents]'`.
 """
@@ -49,13 +52,23 @@ from turnlog.compaction import (
 from turnlog.compaction.base import warn_if_refires
 from turnlog.errors import InvalidInput, VersionConflict
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, new_id
+from turnlog.integrations._openai_agents_parts import (
+    PARTS_KEY,
+    content_parts,
+    give_back,
+    reasoning_part,
+    take,
+)
+from turnlog.parts import Part, TextPart
 from turnlog.service_async import AsyncSessionService
 
-__all__ = ["ITEMS_KEY", "TurnlogSession"]
+__all__ = ["ITEMS_KEY", "PARTS_KEY", "TurnlogSession", "stored_items"]
 
 ITEMS_KEY: Final = "openai_agents.items"
-"""The event metadata key holding the SDK items of an event, each as the JSON text the SDK's
-`json.dumps` gives."""
+"""The event metadata key holding the SDK items of an event, each as the JSON text
+`json.dumps` gives, except the strings a part of the event's message holds (a data URL, a
+file's base64, encrypted reasoning): those are "" here, the part holds them and `PARTS_KEY`
+names them. `stored_items(event)` gives the items back whole."""
 
 _CALLS: Final = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -232,9 +245,7 @@ class TurnlogSession:
             names = {
                 c.id: c.name for e in view if e.message is not None for c in e.message.tool_calls
             }
-            stand_in = SessionEvent.for_message(
-                self.session_id, _message(items, names), metadata={ITEMS_KEY: list(rest)}
-            )
+            stand_in = _record(self.session_id, items, list(rest), names)
         ids: list[str] = []
         for event in view:
             if event.id != popped.id:
@@ -288,11 +299,7 @@ class TurnlogSession:
                 if event.message is not None:
                     names.update((c.id, c.name) for c in event.message.tool_calls)
         return [
-            SessionEvent.for_message(
-                self.session_id,
-                _message([items[n] for n in group], names),
-                metadata={ITEMS_KEY: [raw[n] for n in group]},
-            )
+            _record(self.session_id, [items[n] for n in group], [raw[n] for n in group], names)
             for group in _groups(items)
         ]
 
@@ -358,13 +365,43 @@ def _text(content: object) -> str:
     return "\n".join(parts)
 
 
-def _message(items: Sequence[Item], names: Mapping[str, str]) -> Message:
-    """The one turnlog message standing for a group of items (see `_groups`)."""
+Found = list[tuple[int, tuple[str | int, ...], int, str]]
+"""The strings of a group's items that its message's parts hold: (item index, path in the item,
+part index, form); see `_openai_agents_parts.take`."""
+
+
+def _record(
+    session_id: str, items: Sequence[dict[str, Any]], raw: Sequence[str], names: Mapping[str, str]
+) -> SessionEvent:
+    """The event for a group of items (see `_groups`) whose JSON is
+    `raw`: the items as the SDK gave them, except the strings a part of the message holds (a
+    data URL, a file's base64, encrypted reasoning), which are stored in the part alone and
+    named under `PARTS_KEY`."""
+    message, found = _message(items, names)
+    if not found:
+        return SessionEvent.for_message(session_id, message, metadata={ITEMS_KEY: list(raw)})
+    changed, pointers = take(items, found, message.parts)
+    stored = [json.dumps(changed[n]) if n in changed else r for n, r in enumerate(raw)]
+    metadata: dict[str, Any] = {ITEMS_KEY: stored}
+    if pointers:
+        metadata[PARTS_KEY] = pointers
+    return SessionEvent.for_message(session_id, message, metadata=metadata)
+
+
+def _message(items: Sequence[Item], names: Mapping[str, str]) -> tuple[Message, Found]:
+    """The one turnlog message standing for a group of items (see `_groups`), and the strings
+    of the items its parts hold."""
     kind = _kind(items[0])
-    if kind == "user":
-        return Message.user(_text(items[0].get("content")) or "[user input]")
-    if kind == "system":
-        return Message.system(_text(items[0].get("content")))
+    if kind in ("user", "system"):
+        content = items[0].get("content")
+        mapped = content_parts(content)
+        if mapped is not None:
+            given, taken = mapped
+            make = Message.user if kind == "user" else Message.system
+            return make(*given), [(0, path, p, form) for path, p, form in taken]
+        if kind == "user":
+            return Message.user(_text(content) or "[user input]"), []
+        return Message.system(_text(content)), []
     if kind == "output":
         results = []
         for item in items:
@@ -372,17 +409,35 @@ def _message(items: Sequence[Item], names: Mapping[str, str]) -> Message:
             output = item.get("output")
             content = output if isinstance(output, str) else json.dumps(output)
             results.append(ToolResult(call_id, names.get(call_id, ""), content))
-        return Message.tool(results)
+        return Message.tool(results), []
     calls = tuple(
         ToolCall(str(i["call_id"]), str(i.get("name", "")), _arguments(i))
         for i in items
         if _kind(i) == "call"
     )
-    texts = [_text(i.get("content")) for i in items if i.get("role") == "assistant"]
-    text = "\n".join(t for t in texts if t) or None
+    parts: list[Part] = []
+    found: Found = []
+    texts: list[str] = []
+    for n, item in enumerate(items):
+        if item.get("type") == "reasoning":
+            mapped_reasoning = reasoning_part(item)
+            if mapped_reasoning is not None:
+                part, taken = mapped_reasoning
+                found.extend((n, path, len(parts), form) for path, _, form in taken)
+                parts.append(part)
+        elif item.get("role") == "assistant":
+            said = _text(item.get("content"))
+            if said:
+                parts.append(TextPart(("\n" if texts else "") + said))
+                texts.append(said)
+    text = "\n".join(texts) or None
     if text is None and not calls:
         text = "[" + ", ".join(str(i.get("type", "item")) for i in items) + "]"
-    return Message.assistant(text, calls)
+        if parts:  # reasoning alone: the label keeps the message non-empty for the view rules
+            parts.append(TextPart(text))
+    if any(type(p) is not TextPart for p in parts):
+        return Message.assistant(None, calls, parts=parts), found
+    return Message.assistant(text, calls), []
 
 
 def _arguments(item: Item) -> str:
@@ -397,7 +452,11 @@ def _event_items(event: SessionEvent) -> list[dict[str, Any]]:
     """The SDK items an event of the view stands for."""
     stored = event.metadata.get(ITEMS_KEY)
     if isinstance(stored, list):
-        return [json.loads(r) for r in stored]
+        items = [json.loads(r) for r in stored]
+        pointers = event.metadata.get(PARTS_KEY)
+        if pointers is not None and event.message is not None:
+            give_back(items, pointers, event.message.parts)
+        return items
     m = event.message
     if m is None:
         return []
@@ -416,10 +475,19 @@ def _event_items(event: SessionEvent) -> list[dict[str, Any]]:
     return out
 
 
+def stored_items(event: SessionEvent) -> list[dict[str, Any]]:
+    """The SDK items an event of a `TurnlogSession` holds, exactly as they were added (the
+    strings its parts hold put back); [] for an event that holds none (a boundary, a summary).
+    """
+    if not isinstance(event.metadata.get(ITEMS_KEY), list):
+        return []
+    return _event_items(event)
+
+
 def _event_raw(event: SessionEvent) -> list[str]:
     """The JSON texts of the items of `event`: as stored, or of the items rendered for it."""
     stored = event.metadata.get(ITEMS_KEY)
-    if isinstance(stored, list):
+    if isinstance(stored, list) and PARTS_KEY not in event.metadata:
         return [str(r) for r in stored]
     return [json.dumps(i) for i in _event_items(event)]
 
