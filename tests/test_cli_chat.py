@@ -638,3 +638,25 @@ def test_ctrl_c_while_waiting_for_a_message_ends_the_chat(tmp_path, server):
             proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err.decode()
+
+
+def test_a_ctrl_c_right_after_a_delta_is_written_still_ends_its_line(monkeypatch):
+    """The race CI hit: SIGINT lands after a delta was written but before the printer noted
+    it; the interrupted reply's note must still start on a line of its own."""
+    from turnlog.cli_chat import _Printer
+
+    class Interrupting(io.StringIO):
+        armed = True
+
+        def flush(self):
+            if self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+
+    out = Interrupting()
+    monkeypatch.setattr(sys, "stdout", out)
+    printer = _Printer()
+    with pytest.raises(KeyboardInterrupt):
+        printer.text("partial ")
+    printer.end_line()
+    assert out.getvalue() == "partial \n"

@@ -270,6 +270,9 @@ class _Printer:
 
     def text(self, delta: str) -> None:
         if delta:
+            # not fresh before the write: a Ctrl-C (KeyboardInterrupt) that lands between the
+            # write and the last line must still have the note start on a line of its own
+            self.fresh = False
             sys.stdout.write(visible(delta, layout=True))
             sys.stdout.flush()
             self.fresh = delta.endswith("\n")
