@@ -387,8 +387,27 @@ BAD_IMPORTS = {
                      "entry 2: unknown role 'robot'"),
     "orphan tool result": ('[{"role": "tool", "tool_call_id": "x", "content": "a"}]',
                            "entry 1: tool_call_id 'x'"),
-    "image part": ('[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]',
-                   "entry 1: content part 1 is of type 'image_url'"),
+    "image part without url": (
+        '[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]',
+        "entry 1: content part 1 (image_url) is malformed",
+    ),
+    "image part with bad base64": (
+        '[{"role": "user", "content": [{"type": "image_url", '
+        '"image_url": {"url": "data:image/png;base64,***"}}]}]',
+        "entry 1: content part 1 (image_url) is malformed",
+    ),
+    "image part of another type": (
+        '[{"role": "user", "content": [{"type": "image_url", '
+        '"image_url": {"url": "data:text/html;base64,PGI+"}}]}]',
+        "entry 1: content part 1 (image_url) is malformed: an image",
+    ),
+    "an image in a system message": (
+        '[{"role": "system", "content": [{"type": "image_url", '
+        '"image_url": {"url": "https://a/b.png"}}]}]',
+        "entry 1: only a user message's content may hold images",
+    ),
+    "unknown part type": ('[{"role": "user", "content": [{"type": "video", "video": {}}]}]',
+                          "entry 1: content part 1 is of type 'video'"),
     "tool call without name": (
         '[{"role": "assistant", "tool_calls": [{"id": "c", "function": {}}]}]',
         "entry 1: tool call 1",

@@ -553,3 +553,39 @@ def test_html_embeds_images_as_data_urls_never_svg_and_folds_reasoning(tmp_path,
     assert folded and not any(re.match(r"<details[^>]*\bopen\b", d) for d in folded)
     assert any(": redacted</summary>" in d for d in folded) and "opaque" not in page
     assert any("&lt;b&gt;x&lt;/b&gt;" in d for d in folded)
+
+
+def test_images_audio_and_files_survive_an_openai_export_and_import(tmp_path, capsys):
+    """`export --format openai` writes each part in the Chat Completions shape and `import`
+    reads it back into the same parts (the oracle: the messages stored first)."""
+    from turnlog import AudioPart, FilePart, ImagePart
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    wav = b"RIFF" + bytes(100)
+    pdf = b"%PDF-1.4 a tiny document"
+    sent = [
+        Message.user(
+            "Compare these:",
+            ImagePart("image/png", data=png, detail="high"),
+            ImagePart("image/jpeg", url="https://example.com/cat.jpg"),
+            AudioPart("audio/wav", data=wav),
+            FilePart("application/pdf", data=pdf, name="r.pdf"),
+        ),
+        Message.assistant("They differ."),
+    ]
+    db = tmp_path / "a.db"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create("s")
+        for m in sent:
+            svc.append_message("s", m)
+    out = tmp_path / "s.json"
+    assert run(capsys, "--db", db, "export", "s", "--format", "openai", "-o", out)[0] == 0
+    body = json.loads(out.read_text("utf-8"))
+    kinds = [p["type"] for p in body["messages"][0]["content"]]
+    assert kinds == ["text", "image_url", "image_url", "input_audio", "file"]
+    other = tmp_path / "b.db"
+    assert run(capsys, "--db", other, "import", out)[0] == 0
+    with SessionService(SqliteStore(other)) as svc:
+        [session] = svc.sessions()
+        back = [e.message for e in svc.events(session.id)]
+    assert back == sent

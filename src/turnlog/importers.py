@@ -9,15 +9,20 @@ several results. Every problem raises `InvalidInput` naming the file and the ent
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
+import mimetypes
+import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, ToolCall, ToolResult
 from turnlog.jsonl import SessionDump, is_header, read_dump
+from turnlog.parts import AudioPart, FilePart, ImagePart, Part, TextPart
 
 __all__ = ["is_session_dump", "read_conversations", "read_session_dump", "sharegpt_messages"]
 
@@ -157,21 +162,74 @@ def _conversations(path: Path, items: list[tuple[str, Any]]) -> tuple[str, list[
     return "openai", [_openai(items)]
 
 
+_AUDIO_TYPES: Final = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+_DATA_URL: Final = re.compile(r"data:([\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(.*)", re.S)
+
+
 def _text(where: str, value: object) -> str | None:
-    """An OpenAI `content`: a string, a list of text parts (joined by newlines), or null."""
+    """An OpenAI `content` of text alone: a string, a list of text parts (joined by newlines),
+    or null."""
+    text, parts = _content(where, value)
+    if parts:
+        raise _bad(where, "only a user message's content may hold images, audio or files")
+    return text
+
+
+def _content(where: str, value: object) -> tuple[str | None, tuple[Part, ...]]:
+    """An OpenAI `content`: (its text, ()) for text alone (text parts joined by newlines), or
+    (None, its parts) when it holds an image (`image_url`), audio (`input_audio`) or a file
+    (`file` with `file_data`), as `turnlog export --format openai` writes them."""
     if value is None or isinstance(value, str):
-        return value
+        return value, ()
     if not isinstance(value, list):
-        raise _bad(where, "content must be a string, a list of text parts, or null")
-    texts = []
+        raise _bad(where, "content must be a string, a list of content parts, or null")
+    parts: list[Part] = []
     for j, part in enumerate(value, start=1):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise _bad(where, f"content part {j} is of type {kind!r}: only text parts import")
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if not isinstance(part, dict) or kind not in ("text", "image_url", "input_audio", "file"):
+            raise _bad(
+                where,
+                f"content part {j} is of type {kind!r}: text, image_url, input_audio and file "
+                "parts import",
+            )
+        try:
+            parts.append(_part(part))
+        except (InvalidInput, KeyError, TypeError, ValueError, binascii.Error) as exc:
+            detail = f": {exc}" if isinstance(exc, InvalidInput) else ""
+            raise _bad(where, f"content part {j} ({kind}) is malformed{detail}") from None
+    if all(type(p) is TextPart for p in parts):
+        return "\n".join(p.text for p in parts if type(p) is TextPart), ()
+    return None, tuple(parts)
+
+
+def _part(part: dict[str, Any]) -> Part:
+    """One OpenAI content part as a turnlog part. Raises KeyError, TypeError, ValueError or
+    InvalidInput when it is malformed."""
+    kind = part["type"]
+    if kind == "text":
         if not isinstance(part.get("text"), str):
-            raise _bad(where, f"content part {j} has no text")
-        texts.append(part["text"])
-    return "\n".join(texts)
+            raise InvalidInput("it has no text")
+        return TextPart(part["text"])
+    if kind == "image_url":
+        image = part["image_url"]
+        url, detail = image["url"], image.get("detail")
+        found = _DATA_URL.fullmatch(url)
+        if found is not None:
+            data = base64.b64decode(found.group(2), validate=True)
+            return ImagePart(found.group(1), data=data, detail=detail)
+        guessed = mimetypes.guess_type(url.split("?", 1)[0])[0]
+        media = guessed if guessed and guessed.startswith("image/") else "image/png"
+        return ImagePart(media, url=url, detail=detail)
+    if kind == "input_audio":
+        audio = part["input_audio"]
+        data = base64.b64decode(audio["data"], validate=True)
+        return AudioPart(_AUDIO_TYPES[audio["format"]], data=data)
+    file = part["file"]
+    found = _DATA_URL.fullmatch(file["file_data"])
+    if found is None:
+        raise InvalidInput("file_data must be a base64 data: URL")
+    data = base64.b64decode(found.group(2), validate=True)
+    return FilePart(found.group(1), data=data, name=file.get("filename"))
 
 
 def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:
@@ -202,12 +260,17 @@ def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:
 
 def _openai_message(where: str, item: dict[str, Any], call_names: dict[str, str]) -> Message:
     role = item.get("role")
-    text = _text(where, item.get("content"))
     metadata = {"name": item["name"]} if isinstance(item.get("name"), str) else {}
-    if role in ("system", "developer", "user"):
+    if role == "user":
+        text, parts = _content(where, item.get("content"))
+        if text is None and not parts:
+            raise _bad(where, "a user message needs content")
+        return Message("user", text, parts=parts, metadata=metadata)
+    text = _text(where, item.get("content"))
+    if role in ("system", "developer"):
         if text is None:
             raise _bad(where, f"a {role} message needs content")
-        return Message("user" if role == "user" else "system", text, metadata=metadata)
+        return Message("system", text, metadata=metadata)
     if role == "assistant":
         if item.get("function_call") is not None:
             raise _bad(where, "the legacy function_call field is not supported: use tool_calls")
