@@ -801,3 +801,54 @@ def test_show_json_carries_a_failed_tool_results_flag(db, capsys):
     assert [r["is_error"] for r in results] == [True, False]
     code, out, _ = run(capsys, "--db", db, "show", "s")
     assert "w → error: no city" in out
+
+
+@pytest.mark.parametrize("kind", ["openai", "turnlog"])
+def test_import_reads_a_fifo_that_can_be_read_only_once(tmp_path, capsys, kind):
+    """`turnlog import <(...)`: telling the formats apart reads the start of the file, which a
+    pipe gives only once; the import still reads it whole, and errors name the FIFO."""
+    import os
+    import threading
+
+    from turnlog import Message
+
+    if kind == "openai":
+        text = json.dumps(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        )
+    else:
+        source = tmp_path / "src.db"
+        with service(source) as svc:
+            svc.create("s")
+            svc.append_message("s", Message.user("hi"))
+            svc.append_message("s", Message.assistant("yo"))
+        dump = tmp_path / "s.jsonl"
+        assert run(capsys, "--db", source, "export", "s", "-o", dump)[0] == 0
+        text = dump.read_text("utf-8")
+
+    def feed(fifo, body):
+        with open(fifo, "w", encoding="utf-8") as f:  # blocks until the import opens it
+            f.write(body)
+        # an import that opened the FIFO a second time would block for ever: give it an empty
+        # second reading instead, so a regression fails (as "is empty") rather than hangs
+        threading.Thread(target=lambda: open(fifo, "w").close(), daemon=True).start()
+
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=feed, args=(fifo, text), daemon=True)
+    writer.start()
+    code, _, err = run(capsys, "--db", tmp_path / "a.db", "import", fifo, "--session", "x")
+    writer.join(10)
+    assert code == 0, err
+    with service(tmp_path / "a.db") as svc:
+        assert [e.message.text for e in svc.events("x")] == ["hi", "yo"]
+
+    bad = tmp_path / "bad.fifo"
+    os.mkfifo(bad)
+    writer = threading.Thread(target=feed, args=(bad, '[{"role": "robot"}]'), daemon=True)
+    writer.start()
+    code, _, err = run(capsys, "--db", tmp_path / "b.db", "import", bad)
+    writer.join(10)
+    assert code == 2 and f"{bad}, entry 1: unknown role 'robot'" in err
+    for path in (fifo, bad):  # release the feeders' second writers, still waiting for a reader
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))

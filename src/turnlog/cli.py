@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +184,42 @@ def _import_ids(args: argparse.Namespace, count: int) -> list[str]:
     _utf8(base, "the session id" if args.session is not None else "the file's name")
     ids = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
     return [check_id(i, "the session id") for i in ids]
+
+
+def _read_import(args: argparse.Namespace) -> None:
+    """Read the file `turnlog import` was given, before any database is opened: a turnlog dump
+    into `args.dump`, else conversations into `args.conversations`.
+
+    A pipe, a FIFO or `/dev/stdin` can be read only once, and telling the formats apart reads
+    its start: such a file is first copied to a temporary file, read from there, and named as
+    given in every error.
+    """
+    given = Path(args.file)
+    if not given.exists() or given.is_file():
+        _read_import_from(args, given)
+        return
+    with tempfile.TemporaryDirectory(prefix="turnlog-import-") as folder:
+        copy = Path(folder) / "input"
+        try:
+            with given.open("rb") as source, copy.open("wb") as target:
+                shutil.copyfileobj(source, target)
+        except OSError as exc:
+            raise InvalidInput(f"{given}: cannot read it ({exc.strerror or exc})") from None
+        try:
+            _read_import_from(args, copy)
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc).replace(str(copy), str(given))) from None
+
+
+def _read_import_from(args: argparse.Namespace, path: Path) -> None:
+    args.dump = None
+    if is_session_dump(path):
+        if args.session is not None:
+            check_id(args.session, "the session id")
+        args.dump = read_session_dump(path, args.session)
+    else:
+        args.conversations = read_conversations(path)
+        _import_ids(args, len(args.conversations[1]))
 
 
 def _cmd_import(svc: SessionService, args: argparse.Namespace) -> int:
@@ -560,14 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.target = target(args)
         where = args.target.name  # _fail makes it safe to print
         if args.command == "import":  # a bad file must not even create the database
-            args.dump = None
-            if is_session_dump(Path(args.file)):
-                if args.session is not None:
-                    check_id(args.session, "the session id")
-                args.dump = read_session_dump(Path(args.file), args.session)
-            else:
-                args.conversations = read_conversations(Path(args.file))
-                _import_ids(args, len(args.conversations[1]))
+            _read_import(args)
         if args.command == "chat":  # a bad option or a missing key opens nothing
             args.chat = chat_settings(args)
         if args.command == "migrate":
