@@ -624,3 +624,21 @@ def test_the_parts_are_exported():
         "Part",
     ):
         assert name in turnlog.__all__ and getattr(turnlog, name) is getattr(turnlog.parts, name)
+
+
+def test_data_urls_are_written_and_read_back_by_one_pair_of_functions():
+    import base64
+
+    from turnlog.parts import data_url, read_data_url
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    url = data_url("image/png", png)
+    assert url == "data:image/png;base64," + base64.b64encode(png).decode("ascii")  # by hand
+    assert read_data_url(url) == ("image/png", png)
+    for other in (
+        "https://example.com/a.png",
+        "data:image/png;base64,***",
+        "data:image/png,not-base64",
+        "data:image/png;name=a;base64,iVBO",
+    ):
+        assert read_data_url(other) is None

@@ -9,7 +9,6 @@ A thin shell: it reads the session through the service and writes what the wire-
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import html
 import json
@@ -39,6 +38,7 @@ from turnlog.parts import (
     ProviderPart,
     ReasoningPart,
     TextPart,
+    data_url,
 )
 from turnlog.service import SessionService
 from turnlog.text import event_text, part_note
@@ -582,7 +582,7 @@ def _part(p: Part) -> str:
         note = _e(part_note(p))
         if type(p) is ImagePart and p.data is not None:
             if p.media_type.lower() in INLINE_IMAGE_TYPES:
-                src = f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
+                src = data_url(p.media_type, p.data)
                 size = (
                     f' width="{p.width}" height="{p.height}"'
                     if p.width is not None and p.height is not None

@@ -14,7 +14,6 @@ import binascii
 import itertools
 import json
 import mimetypes
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -22,7 +21,7 @@ from typing import Any, Final
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, ToolCall, ToolResult
 from turnlog.jsonl import SessionDump, is_header, read_dump
-from turnlog.parts import AudioPart, FilePart, ImagePart, Part, TextPart
+from turnlog.parts import AudioPart, FilePart, ImagePart, Part, TextPart, read_data_url
 
 __all__ = ["is_session_dump", "read_conversations", "read_session_dump", "sharegpt_messages"]
 
@@ -163,7 +162,6 @@ def _conversations(path: Path, items: list[tuple[str, Any]]) -> tuple[str, list[
 
 
 _AUDIO_TYPES: Final = {"wav": "audio/wav", "mp3": "audio/mpeg"}
-_DATA_URL: Final = re.compile(r"data:([\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(.*)", re.S)
 
 
 def _text(where: str, value: object) -> str | None:
@@ -213,10 +211,11 @@ def _part(part: dict[str, Any]) -> Part:
     if kind == "image_url":
         image = part["image_url"]
         url, detail = image["url"], image.get("detail")
-        found = _DATA_URL.fullmatch(url)
-        if found is not None:
-            data = base64.b64decode(found.group(2), validate=True)
-            return ImagePart(found.group(1), data=data, detail=detail)
+        inline = read_data_url(url)
+        if inline is not None:
+            return ImagePart(inline[0], data=inline[1], detail=detail)
+        if url.startswith("data:"):
+            raise InvalidInput("its data: URL is not base64 that decodes")
         guessed = mimetypes.guess_type(url.split("?", 1)[0])[0]
         media = guessed if guessed and guessed.startswith("image/") else "image/png"
         return ImagePart(media, url=url, detail=detail)
@@ -225,11 +224,10 @@ def _part(part: dict[str, Any]) -> Part:
         data = base64.b64decode(audio["data"], validate=True)
         return AudioPart(_AUDIO_TYPES[audio["format"]], data=data)
     file = part["file"]
-    found = _DATA_URL.fullmatch(file["file_data"])
-    if found is None:
+    inline = read_data_url(file["file_data"])
+    if inline is None:
         raise InvalidInput("file_data must be a base64 data: URL")
-    data = base64.b64decode(found.group(2), validate=True)
-    return FilePart(found.group(1), data=data, name=file.get("filename"))
+    return FilePart(inline[0], data=inline[1], name=file.get("filename"))
 
 
 def _openai(items: Sequence[tuple[str, Any]]) -> list[Message]:

@@ -12,6 +12,8 @@ I/O. It also holds the text and JSON checks that `turnlog.events` uses for its o
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from typing import Any, ClassVar, Final, TypeAlias
@@ -31,7 +33,9 @@ __all__ = [
     "ProviderPart",
     "ReasoningPart",
     "TextPart",
+    "data_url",
     "part_text",
+    "read_data_url",
 ]
 
 JsonValue: TypeAlias = Any
@@ -464,3 +468,23 @@ def part_text(parts: tuple[Part, ...]) -> str | None:
 def only_text(parts: tuple[Part, ...]) -> bool:
     """True when every part is a text part."""
     return all(type(p) is TextPart for p in parts)
+
+
+_DATA_URL: Final = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
+
+
+def data_url(media_type: str, data: bytes) -> str:
+    """`data:<media_type>;base64,<data>`: bytes as the URL the providers and browsers take."""
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def read_data_url(url: str) -> tuple[str, bytes] | None:
+    """The media type and the bytes of a base64 `data:` URL as `data_url` writes it; None for
+    any other string (another URL, parameters before `;base64`, base64 that does not decode)."""
+    found = _DATA_URL.fullmatch(url)
+    if found is None:
+        return None
+    try:
+        return found.group(1), base64.b64decode(found.group(2), validate=True)
+    except (binascii.Error, ValueError):
+        return None

@@ -30,6 +30,7 @@ from turnlog.parts import (
     Part,
     ReasoningPart,
     TextPart,
+    data_url,
 )
 
 __all__ = ["PARTS_KEY", "blocks", "rebuild", "split"]
@@ -53,12 +54,9 @@ def _value(part: Part, form: str) -> str | None:
         data = getattr(part, "data", None)
         if not isinstance(data, bytes):
             return None
-        encoded = base64.b64encode(data).decode("ascii")
-        return (
-            f"data:{getattr(part, 'media_type', '')};base64,{encoded}"
-            if form == "data_url"
-            else encoded
-        )
+        if form == "data_url":
+            return data_url(getattr(part, "media_type", ""), data)
+        return base64.b64encode(data).decode("ascii")
     value = getattr(part, "encrypted" if form == "encrypted" else form, None)
     return value if isinstance(value, str) else None
 

@@ -22,12 +22,20 @@ import base64
 import binascii
 import copy
 import mimetypes
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from turnlog.errors import InvalidInput
-from turnlog.parts import FilePart, ImagePart, Part, ProviderPart, ReasoningPart, TextPart
+from turnlog.parts import (
+    FilePart,
+    ImagePart,
+    Part,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+    data_url,
+    read_data_url,
+)
 
 __all__ = ["PARTS_KEY", "content_parts", "give_back", "reasoning_part", "take"]
 
@@ -36,7 +44,6 @@ PARTS_KEY: Final = "openai_agents.parts"
 `[item index, [key or list index, ...], part index, form]` each, the form naming how the string
 is made from the part ("data_url", "base64" or "encrypted")."""
 
-_DATA_URL: Final = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _OCTETS: Final = "application/octet-stream"
 _DETAILS: Final = frozenset({"auto", "low", "high"})
 
@@ -52,14 +59,6 @@ def _decode(text: str) -> bytes | None:
         return None
 
 
-def _from_data_url(url: str) -> tuple[str, bytes] | None:
-    match = _DATA_URL.fullmatch(url)
-    if match is None:
-        return None
-    data = _decode(match.group(2))
-    return None if data is None else (match.group(1), data)
-
-
 def _image(block: Mapping[str, Any]) -> tuple[Part, str | None] | None:
     """The part for an `input_image` content item and the form of the string it holds."""
     detail = block.get("detail")
@@ -67,7 +66,7 @@ def _image(block: Mapping[str, Any]) -> tuple[Part, str | None] | None:
     url = block.get("image_url")
     if isinstance(url, str):
         if url.startswith("data:"):
-            found = _from_data_url(url)
+            found = read_data_url(url)
             if found is None or not found[0].lower().startswith("image/"):
                 return None
             return ImagePart(found[0], data=found[1], **extra), "data_url"
@@ -88,7 +87,7 @@ def _file(block: Mapping[str, Any]) -> tuple[Part, str | None] | None:
     data = block.get("file_data")
     if isinstance(data, str):
         if data.startswith("data:"):
-            found = _from_data_url(data)
+            found = read_data_url(data)
             if found is None:
                 return None
             return FilePart(found[0], data=found[1], **extra), "data_url"
@@ -169,12 +168,9 @@ def _value(part: Part, form: str) -> str | None:
     data = getattr(part, "data", None)
     if not isinstance(data, bytes):
         return None
-    encoded = base64.b64encode(data).decode("ascii")
-    return (
-        f"data:{getattr(part, 'media_type', '')};base64,{encoded}"
-        if form == "data_url"
-        else encoded
-    )
+    if form == "data_url":
+        return data_url(getattr(part, "media_type", ""), data)
+    return base64.b64encode(data).decode("ascii")
 
 
 def _get(item: object, path: Path) -> object:

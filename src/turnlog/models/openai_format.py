@@ -49,7 +49,7 @@ from turnlog.models.base import (
     field_of,
     whole_reply,
 )
-from turnlog.parts import AudioPart, FilePart, ImagePart, Part, ProviderPart, TextPart
+from turnlog.parts import AudioPart, FilePart, ImagePart, Part, ProviderPart, TextPart, data_url
 from turnlog.text import part_note
 from turnlog.toolsearch.base import ToolReference
 
@@ -82,17 +82,13 @@ _AUDIO_FORMATS: Final = {
 }
 
 
-def _data_url(media_type: str, data: bytes) -> str:
-    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
-
-
 def _content_part(part: Part) -> dict[str, Any] | None:
     """The content part a user message's `part` is sent as (a note when the wire cannot carry
     it); None when it is not sent (another provider's part, an empty text)."""
     if type(part) is TextPart:
         return {"type": "text", "text": part.text} if part.text else None
     if type(part) is ImagePart:
-        url = part.url if part.data is None else _data_url(part.media_type, part.data)
+        url = part.url if part.data is None else data_url(part.media_type, part.data)
         if url is not None:
             image: dict[str, Any] = {"url": url}
             if part.detail is not None:
@@ -106,7 +102,7 @@ def _content_part(part: Part) -> dict[str, Any] | None:
     elif type(part) is FilePart:
         if part.data is not None:
             file = {
-                "file_data": _data_url(part.media_type, part.data),
+                "file_data": data_url(part.media_type, part.data),
                 "filename": part.name or "file",
             }
             return {"type": "file", "file": file}
