@@ -10,6 +10,7 @@ connection are `StoreError` and its subclass `CorruptData`; errors from a chat m
 from __future__ import annotations
 
 __all__ = [
+    "AttachmentNotFound",
     "CorruptData",
     "InvalidInput",
     "ModelError",
@@ -41,6 +42,22 @@ class SessionNotFound(TurnlogError, KeyError):
         return (
             f"session {self.session_id!r} does not exist: create it first "
             "(SessionService.create or get_or_create), or check the id"
+        )
+
+
+class AttachmentNotFound(TurnlogError, KeyError):
+    """The session holds no attachment with this reference: no event of it stored those bytes
+    (a session reads only the attachments of its own events)."""
+
+    def __init__(self, session_id: str, ref: str) -> None:
+        self.session_id = session_id
+        self.ref = ref
+        super().__init__(session_id, ref)
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} holds no attachment {self.ref}: read the ref from a "
+            "part of this session's events"
         )
 
 

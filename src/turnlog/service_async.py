@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -19,7 +20,13 @@ from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import NOT_FIRED
 from turnlog.compaction.running import fires_async, run_pass_async
 from turnlog.durations import Duration, to_timedelta
-from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
+from turnlog.errors import (
+    CorruptData,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    VersionConflict,
+)
 from turnlog.events import (
     JsonValue,
     Message,
@@ -30,6 +37,7 @@ from turnlog.events import (
 )
 from turnlog.lazy import LazyEvents
 from turnlog.rules import repair_messages
+from turnlog.stores.attachments import check_ref, inline_bytes, refs_of_messages, verified
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
@@ -357,6 +365,69 @@ class AsyncSessionService:
             InvalidInput: `after` is not an integer >= 0 or `limit` not an integer >= 1.
         """
         return await self.store.events_after(session_id, after, limit)
+
+    async def attachment(self, session_id: str, ref: str) -> bytes:
+        """The bytes of attachment `ref` of the session, checked against the reference.
+
+        A part whose bytes were stored apart holds `ref` (`ImagePart.ref`, ...) instead of
+        `data`; view and log reads never load those bytes. For a large attachment,
+        `iter_attachment` reads it in chunks.
+
+        Raises:
+            SessionNotFound: no such session.
+            AttachmentNotFound: no event of the session stored `ref`.
+            CorruptData: the bytes read back are not those of `ref` (truncated or altered).
+        """
+        return verified(ref, await self.store.read_attachment(session_id, ref))
+
+    async def iter_attachment(
+        self, session_id: str, ref: str, *, chunk_size: int = 1 << 20
+    ) -> AsyncIterator[bytes]:
+        """The bytes of attachment `ref` in chunks of `chunk_size` (1 MiB), each read when it
+        is asked for; the last one is checked with all of them against the reference before it
+        is given (`CorruptData` instead of a last chunk that would complete damaged bytes).
+
+        Raises:
+            SessionNotFound, AttachmentNotFound, CorruptData: as `attachment`.
+            InvalidInput: `chunk_size` is not a positive integer.
+        """
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise InvalidInput(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        check_ref(ref)
+        digest = hashlib.sha256()
+        offset = 0
+        chunk = await self.store.read_attachment(session_id, ref, 0, chunk_size)
+        while True:
+            following = b""
+            if len(chunk) == chunk_size:
+                following = await self.store.read_attachment(
+                    session_id, ref, offset + chunk_size, chunk_size
+                )
+            digest.update(chunk)
+            if not following and "sha256:" + digest.hexdigest() != ref:
+                raise CorruptData(
+                    f"attachment {ref} is damaged: the {offset + len(chunk):,} bytes read back "
+                    "have another sha256"
+                )
+            if chunk:
+                yield chunk
+            if not following:
+                return
+            offset += len(chunk)
+            chunk = following
+
+    async def with_bytes(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        """`messages` with the bytes of every attachment put back into its part (`data` in
+        place of `ref`): what a model's wire format needs. Each attachment is read once.
+
+        Raises:
+            AttachmentNotFound, CorruptData: as `attachment`.
+        """
+        refs = sorted(refs_of_messages(messages))
+        if not refs:
+            return list(messages)
+        blobs = {ref: await self.attachment(session_id, ref) for ref in refs}
+        return [inline_bytes(m, blobs) for m in messages]
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         """The active view: what the model sees, in order."""

@@ -8,11 +8,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from turnlog.compaction.boundary import CompactionBoundary
-from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, VersionConflict
+from turnlog.errors import (
+    AttachmentNotFound,
+    InvalidInput,
+    SessionAlreadyExists,
+    SessionNotFound,
+    VersionConflict,
+)
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
 from turnlog.rules import EMPTY_TAIL as EMPTY
 from turnlog.rules import check_append, needs_tail, tail_of_events
+from turnlog.stores.attachments import (
+    DEFAULT_LIMITS,
+    AttachmentLimits,
+    check_read_range,
+    check_ref,
+    check_refs_known,
+    split_attachments,
+)
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -39,6 +53,7 @@ class _Log:
     events: list[SessionEvent] = field(default_factory=list)
     by_id: dict[str, SessionEvent] = field(default_factory=dict)
     boundary_at: int = -1  # index of the newest COMPACTION event
+    attachments: set[str] = field(default_factory=set)  # the refs its events hold
 
 
 class MemoryStore:
@@ -49,12 +64,18 @@ class MemoryStore:
 
     Args:
         clock: stamps events appended without a timestamp.
+        attachments: which bytes of parts are stored apart, and the size limits.
     """
 
-    def __init__(self, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, *, clock: Clock = utc_now, attachments: AttachmentLimits = DEFAULT_LIMITS
+    ) -> None:
         self._clock = clock
+        self._limits = attachments
         self._logs: dict[str, _Log] = {}
         self._owner: dict[str, str] = {}  # event id -> session id
+        self._blobs: dict[str, bytes] = {}  # attachment ref -> bytes
+        self._users: dict[str, int] = {}  # attachment ref -> how many sessions hold it
         self._lock = threading.RLock()
 
     def __enter__(self) -> MemoryStore:
@@ -112,6 +133,12 @@ class MemoryStore:
                 return False
             for event_id in log.by_id:
                 self._owner.pop(event_id, None)
+            for ref in log.attachments:
+                left = self._users[ref] - 1
+                if left:
+                    self._users[ref] = left
+                else:
+                    del self._users[ref], self._blobs[ref]
             return True
 
     def delete_expired(self, before: datetime) -> int:
@@ -145,6 +172,8 @@ class MemoryStore:
         check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
+        split = split_attachments(batch, self._limits)
+        batch = split.events
         with self._lock:
             log = self._log(session_id)
             fresh = []
@@ -169,6 +198,15 @@ class MemoryStore:
             check_boundaries(fresh, known)
             if check_rules:
                 check_append(tail_of_events(log.events) if needs_tail(fresh) else EMPTY, fresh)
+            if split.named:
+                held = {r: len(self._blobs[r]) for r in split.named if r in log.attachments}
+                held.update((r, len(b)) for r, b in split.blobs.items())
+                check_refs_known(session_id, split.named, held)
+            for ref, data in split.blobs.items():
+                if ref not in log.attachments:
+                    log.attachments.add(ref)
+                    self._users[ref] = self._users.get(ref, 0) + 1
+                    self._blobs.setdefault(ref, data)
             now = self._clock()
             for offset, event in enumerate(fresh, start=actual + 1):
                 stored = stamped(event, offset, event.timestamp or now)
@@ -219,6 +257,20 @@ class MemoryStore:
     def version(self, session_id: str) -> int:
         with self._lock:
             return len(self._log(session_id).events)
+
+    def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        check_ref(ref)
+        offset, length = check_read_range(offset, length)
+        with self._lock:
+            log = self._log(session_id)
+            if ref not in log.attachments:
+                raise AttachmentNotFound(session_id, ref)
+            data = self._blobs[ref]
+        if offset == 0 and (length is None or length >= len(data)):
+            return data
+        return data[offset : None if length is None else offset + length]
 
     def view_lazy(self, session_id: str) -> LazyEvents:
         return LazyEvents.of(self.view(session_id))  # decoded already: nothing to defer

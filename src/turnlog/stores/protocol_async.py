@@ -132,6 +132,21 @@ class AsyncSessionStore(Protocol):
         """
         ...
 
+    async def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        """Bytes of an attachment of the session: from `offset`, at most `length` of them (all
+        by default). Appends store the large bytes of parts apart (`turnlog.stores.attachments`);
+        the part keeps the reference. This reads them as stored: `SessionService.attachment`
+        checks them against their reference.
+
+        Raises:
+            SessionNotFound: no such session.
+            AttachmentNotFound: no event of the session stored an attachment `ref`.
+            InvalidInput: `ref` is not an attachment reference, or a bad range.
+        """
+        ...
+
     async def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...

@@ -32,6 +32,7 @@ from turnlog.codec import (
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
+    AttachmentNotFound,
     CorruptData,
     InvalidInput,
     SessionAlreadyExists,
@@ -49,6 +50,16 @@ from turnlog.rules import (
     check_one,
     needs_tail,
     tail_of,
+)
+from turnlog.stores.attachments import (
+    DEFAULT_LIMITS,
+    AttachmentLimits,
+    Split,
+    check_read_range,
+    check_ref,
+    check_refs_known,
+    has_media,
+    split_attachments,
 )
 from turnlog.stores.base import (
     Clock,
@@ -71,7 +82,7 @@ from turnlog.stores.base import (
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _SCHEMA: Final = """
 CREATE TABLE turnlog_schema (version INTEGER NOT NULL);
@@ -96,6 +107,21 @@ CREATE TABLE turnlog_events (
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX turnlog_events_id ON turnlog_events (id);
+"""
+# Version 2: the bytes of large parts, once per store (`turnlog.stores.attachments`), and which
+# sessions hold them. The bytes table keeps its rowid, for SQLite's incremental blob reads.
+_ATTACHMENTS: Final = """
+CREATE TABLE turnlog_attachments (
+    ref TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE turnlog_session_attachments (
+    session_id TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    PRIMARY KEY (session_id, ref)
+) WITHOUT ROWID;
+CREATE INDEX turnlog_session_attachments_ref ON turnlog_session_attachments (ref);
 """
 
 # NULL for a message event's type: one str fewer to build per row (codec.events_from_rows
@@ -163,6 +189,7 @@ class SqliteStore:
         synchronous: SQLite's `synchronous` setting. "NORMAL" (the default, with WAL) survives
             an application crash; a power loss may lose the last commits. "FULL" survives both.
         clock: stamps events appended without a timestamp.
+        attachments: which bytes of parts are stored apart, and the size limits.
 
     Raises:
         InvalidInput: ":memory:"; a bad `synchronous`; a `busy_timeout` that is not a duration
@@ -178,8 +205,10 @@ class SqliteStore:
         busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.path, self._busy_timeout = check_options(path, busy_timeout, synchronous)
+        self._limits = attachments
         self._busy_ms = int(self._busy_timeout * 1000)
         self._synchronous = synchronous
         self._clock = clock
@@ -305,16 +334,19 @@ class SqliteStore:
 
     def _ensure_schema(self) -> None:
         with self._read() as conn:
-            if self._schema_state(conn) == "ready":
+            if self._schema_state(conn) == SCHEMA_VERSION:
                 return
         with self._write() as conn:
-            if self._schema_state(conn) == "empty":
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+            found = self._schema_state(conn)
+            if found == 0:
+                _run_script(conn, _SCHEMA)
+            if found < 2:  # a version 1 file gains the attachment tables
+                _run_script(conn, _ATTACHMENTS)
+            if found < SCHEMA_VERSION:
                 conn.execute("INSERT INTO turnlog_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
-    def _schema_state(self, conn: sqlite3.Connection) -> Literal["ready", "empty"]:
+    def _schema_state(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version; 0 for an empty file."""
         tables = [
             r[0]
             for r in conn.execute(
@@ -327,7 +359,7 @@ class SqliteStore:
                     f"{self.path} is a SQLite database of something else (it holds the "
                     f"tables {', '.join(sorted(tables)[:5])}): point turnlog at its own file"
                 )
-            return "empty"
+            return 0
         row = conn.execute("SELECT max(version) FROM turnlog_schema").fetchone()
         found = row[0] if row else None
         if found is None or not isinstance(found, int):
@@ -337,7 +369,7 @@ class SqliteStore:
                 f"{self.path} has schema version {found}, made by a newer turnlog than this "
                 f"one (which knows up to {SCHEMA_VERSION}): upgrade turnlog"
             )
-        return "ready"
+        return found
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -386,6 +418,7 @@ class SqliteStore:
         check_id(session_id, "session id")
         with self._write() as conn:
             self._tails.forget(session_id)
+            self._drop_attachments(conn, "id = ?", (session_id,))
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0
@@ -393,6 +426,7 @@ class SqliteStore:
     def delete_expired(self, before: datetime) -> int:
         cutoff = max(min(to_micros(check_cutoff(before)), 2**63 - 1), -(2**63))
         with self._write() as conn:
+            self._drop_attachments(conn, "expires_at IS NOT NULL AND expires_at <= ?", (cutoff,))
             conn.execute(
                 "DELETE FROM turnlog_events WHERE session_id IN (SELECT id FROM turnlog_sessions "
                 "WHERE expires_at IS NOT NULL AND expires_at <= ?)",
@@ -472,6 +506,8 @@ class SqliteStore:
         synthetic = event.synthetic
         if check_rules and synthetic:
             return None  # the general path refuses it (or skips it when it is stored)
+        if m is not None and (m.parts or m.tool_results) and has_media(m):
+            return None  # the general path stores its bytes
         role = None if m is None else m.role
         tail_needed = check_rules and role is not None and role != "system"
         tail: Tail | None = None
@@ -611,6 +647,10 @@ class SqliteStore:
         The fast path is one version read and the inserts. Ids already stored are looked up
         only when the version does not match or an insert hits the unique id index.
         """
+        split = None
+        if any(has_media(e.message) for e in batch):
+            split = split_attachments(batch, self._limits)
+            batch = split.events
         bodies = [encode_body(e) for e in batch]
         now = self._clock()
         with self._write() as conn:
@@ -650,6 +690,8 @@ class SqliteStore:
                     raise VersionConflict(
                         session_id, version, self._locked_version(conn, session_id)
                     )
+            if split is not None:
+                self._store_attachments(conn, session_id, split)
             boundaries = [
                 seq
                 for seq, e in enumerate(batch, start=version + 1)
@@ -672,6 +714,82 @@ class SqliteStore:
                     zip(batch, timestamps, strict=True), start=version + 1
                 )
             ]
+
+    def _store_attachments(self, conn: sqlite3.Connection, session_id: str, split: Split) -> None:
+        """Store the bytes of `split` and link its references to the session, in the append's
+        transaction; refuse references the session does not hold."""
+        if split.named:
+            held = dict(
+                _in_chunks(
+                    conn,
+                    "SELECT a.ref, a.size FROM turnlog_session_attachments s JOIN "
+                    "turnlog_attachments a ON a.ref = s.ref WHERE s.session_id = ? AND s.ref IN",
+                    (session_id,),
+                    list(split.named),
+                )
+            )
+            held.update((ref, len(data)) for ref, data in split.blobs.items())
+            check_refs_known(session_id, split.named, held)
+        for ref, data in split.blobs.items():
+            conn.execute(
+                "INSERT INTO turnlog_attachments (ref, size, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (ref) DO NOTHING",
+                (ref, len(data), data),
+            )
+        conn.executemany(
+            "INSERT INTO turnlog_session_attachments (session_id, ref) VALUES (?, ?) "
+            "ON CONFLICT DO NOTHING",
+            [(session_id, ref) for ref in split.blobs],
+        )
+
+    def _drop_attachments(
+        self, conn: sqlite3.Connection, where: str, args: tuple[Any, ...]
+    ) -> None:
+        """Unlink the attachments of the sessions `where` picks (an SQL condition on the
+        sessions table's `id`), and delete the bytes no other session holds."""
+        refs = [
+            r[0]
+            for r in conn.execute(
+                "DELETE FROM turnlog_session_attachments WHERE session_id IN "
+                f"(SELECT id FROM turnlog_sessions WHERE {where}) RETURNING ref",
+                args,
+            )
+        ]
+        for i in range(0, len(refs), _CHUNK):
+            chunk = sorted(set(refs[i : i + _CHUNK]))
+            conn.execute(
+                f"DELETE FROM turnlog_attachments WHERE ref IN ({','.join('?' * len(chunk))}) "
+                "AND NOT EXISTS (SELECT 1 FROM turnlog_session_attachments s "
+                "WHERE s.ref = turnlog_attachments.ref)",
+                chunk,
+            )
+
+    def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        check_id(session_id, "session id")
+        check_ref(ref)
+        offset, length = check_read_range(offset, length)
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT a.rowid, a.size FROM turnlog_session_attachments s JOIN "
+                "turnlog_attachments a ON a.ref = s.ref WHERE s.session_id = ? AND s.ref = ?",
+                (session_id, ref),
+            ).fetchone()
+            if row is None:
+                self._check_session(conn, session_id)
+                raise AttachmentNotFound(session_id, ref)
+            rowid, size = row
+            if offset >= size or length == 0:
+                return b""
+            if offset == 0 and (length is None or length >= size):
+                (data,) = conn.execute(
+                    "SELECT data FROM turnlog_attachments WHERE rowid = ?", (rowid,)
+                ).fetchone()
+                return bytes(data)
+            with conn.blobopen("turnlog_attachments", "data", rowid, readonly=True) as blob:
+                blob.seek(offset)
+                return blob.read(-1 if length is None else length)
 
     def _insert(
         self,
@@ -987,6 +1105,23 @@ def _session(row: Any) -> Session:
 
 def _event(session_id: str, row: Any) -> SessionEvent:
     return events_from_rows(session_id, (row,))[0]
+
+
+def _in_chunks(
+    conn: sqlite3.Connection, sql: str, args: tuple[Any, ...], values: list[str]
+) -> list[Any]:
+    """The rows of `sql` (ending in "IN") for `values`, a chunk of them at a time."""
+    rows: list[Any] = []
+    for i in range(0, len(values), _CHUNK):
+        chunk = values[i : i + _CHUNK]
+        rows += conn.execute(f"{sql} ({','.join('?' * len(chunk))})", (*args, *chunk)).fetchall()
+    return rows
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

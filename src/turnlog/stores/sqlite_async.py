@@ -6,6 +6,7 @@ from pathlib import Path
 
 from turnlog.durations import Duration
 from turnlog.errors import InvalidInput
+from turnlog.stores.attachments import DEFAULT_LIMITS, AttachmentLimits
 from turnlog.stores.base import Clock, utc_now
 from turnlog.stores.sqlite import SqliteStore, Synchronous, check_options
 from turnlog.stores.threaded import ThreadedAsyncStore
@@ -38,6 +39,7 @@ class AsyncSqliteStore(ThreadedAsyncStore):
         busy_timeout: as `SqliteStore`.
         synchronous: as `SqliteStore`.
         clock: stamps events appended without a timestamp.
+        attachments: as `SqliteStore`.
 
     Raises:
         InvalidInput: as `SqliteStore`; `workers` not a positive integer.
@@ -51,6 +53,7 @@ class AsyncSqliteStore(ThreadedAsyncStore):
         busy_timeout: Duration = 30.0,
         synchronous: Synchronous = "NORMAL",
         clock: Clock = utc_now,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidInput(f"workers must be an integer >= 1, got {workers!r}")
@@ -58,7 +61,11 @@ class AsyncSqliteStore(ThreadedAsyncStore):
 
         def make() -> SqliteStore:
             return SqliteStore(
-                self.path, busy_timeout=busy_timeout, synchronous=synchronous, clock=clock
+                self.path,
+                busy_timeout=busy_timeout,
+                synchronous=synchronous,
+                clock=clock,
+                attachments=attachments,
             )
 
         super().__init__(make, workers=workers, name=f"sqlite {self.path}")

@@ -145,3 +145,9 @@ class ThreadedAsyncStore:
 
     async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return await self._run((await self._sync()).record_tokens, session_id, counts)
+
+    async def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        store = await self._sync()
+        return await self._run(store.read_attachment, session_id, ref, offset, length)

@@ -26,6 +26,7 @@ from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 from turnlog.testing.contract_atomicity import AtomicityContract
+from turnlog.testing.contract_attachments import AttachmentContract
 from turnlog.testing.contract_lazy_view import LazyViewContract
 from turnlog.testing.contract_races import RaceContract
 from turnlog.testing.contract_regressions import RegressionContract
@@ -46,6 +47,7 @@ class StoreContract(
     StandInContract,
     TokenCountContract,
     LazyViewContract,
+    AttachmentContract,
     ContractBase,
 ):
     """The contract suite. Subclasses implement `make_store`."""

@@ -127,6 +127,11 @@ class _Blocking:
     def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return self._loop.run(self.async_store.record_tokens(session_id, counts))
 
+    def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        return self._loop.run(self.async_store.read_attachment(session_id, ref, offset, length))
+
     def close(self) -> None:
         self._loop.run(self.async_store.close())
 
