@@ -589,3 +589,230 @@ def test_images_audio_and_files_survive_an_openai_export_and_import(tmp_path, ca
         [session] = svc.sessions()
         back = [e.message for e in svc.events(session.id)]
     assert back == sent
+
+
+# -- each provider's part shapes ------------------------------------------------------------------
+
+WAV = b"RIFF" + bytes(100)
+OGG = b"OggS" + bytes(20)
+PDF_BYTES = b"%PDF-1.4 a tiny document"
+SEARCH_RESULT = {
+    "type": "search_result",
+    "source": "https://example.com/kb",
+    "title": "KB",
+    "content": [{"type": "text", "text": "the answer"}],
+}
+SERVER_USE = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+
+
+def _tiny_png():
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 30, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shapes_db(tmp_path_factory):
+    """Two turns holding every kind of part, reasoning of two providers and provider blocks of
+    two providers; the first turn is finished, the second is in progress."""
+    from turnlog import AudioPart, FilePart, ImagePart, ProviderPart, ReasoningPart, TextPart
+
+    png = _tiny_png()
+    db = tmp_path_factory.mktemp("shapes") / "shapes.db"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create("s")
+        for m in [
+            Message.system("Be brief."),
+            Message.user(
+                "Compare:",
+                ImagePart("image/png", data=png, detail="high"),
+                ImagePart("image/jpeg", url="https://example.com/cat.jpg", detail="low"),
+                AudioPart("audio/wav", data=WAV),
+                AudioPart("audio/ogg", data=OGG),
+                FilePart("application/pdf", data=PDF_BYTES, name="r.pdf"),
+                ProviderPart("openai", "file", {"type": "file", "file": {"file_id": "file-1"}}),
+                ProviderPart("anthropic", "search_result", SEARCH_RESULT),
+            ),
+            Message.assistant(
+                parts=[
+                    ReasoningPart("anthropic", "first thought", signature="sig-1"),
+                    ReasoningPart("openai", "an OpenAI summary", encrypted="enc-openai"),
+                    ReasoningPart("anthropic", "unsigned"),  # the API refuses it: never sent
+                    ProviderPart("anthropic", "server_tool_use", SERVER_USE),
+                    ProviderPart("openai", "annotation", {"type": "url_citation"}),
+                    "Looking.",
+                ],
+                tool_calls=[ToolCall("c1", "zoom", '{"x": 1}')],
+            ),
+            Message.tool(
+                ToolResult(
+                    "c1", "zoom", "", parts=(TextPart("zoomed"), ImagePart("image/png", data=png))
+                )
+            ),
+            Message.assistant("It matches."),
+            Message.user("And now?"),
+            Message.assistant(
+                parts=[ReasoningPart("anthropic", "second thought", signature="sig-2"), "Fine."]
+            ),
+        ]:
+            svc.append_message("s", m)
+    return db, png
+
+
+def _b64(data):
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def test_openai_export_writes_chat_completions_part_shapes(shapes_db, capsys):
+    db, png = shapes_db
+    image_note = f"[image: image/png, {len(png):,} bytes]"
+    png_url = f"data:image/png;base64,{_b64(png)}"
+    zoom = {"name": "zoom", "arguments": '{"x": 1}'}
+    expected = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Compare:"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": png_url, "detail": "high"},
+                    },
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "https://example.com/cat.jpg", "detail": "low"},
+                    },
+                    {"type": "input_audio", "input_audio": {"data": _b64(WAV), "format": "wav"}},
+                    {"type": "text", "text": "[audio: audio/ogg, 24 bytes]"},  # no ogg format
+                    {
+                        "type": "file",
+                        "file": {
+                            "file_data": f"data:application/pdf;base64,{_b64(PDF_BYTES)}",
+                            "filename": "r.pdf",
+                        },
+                    },
+                    {"type": "file", "file": {"file_id": "file-1"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": "Looking.",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": zoom}
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": "zoomed\n"
+                f"{image_note} (not sent: a Chat Completions tool result carries text only)",
+            },
+            {"role": "assistant", "content": "It matches."},
+            {"role": "user", "content": "And now?"},
+            {"role": "assistant", "content": "Fine."},
+        ]
+    }  # fmt: skip
+    for scope in ((), ("--log",), ("--reasoning", "all")):
+        code, out, err = run(capsys, "--db", db, "export", "s", *scope, "--format", "openai")
+        assert code == 0, err
+        assert json.loads(out) == expected, scope  # no reasoning goes to Chat Completions
+
+
+def _anthropic_expected(png, *, first_thought):
+    thought = [{"type": "thinking", "thinking": "first thought", "signature": "sig-1"}]
+    png_source = {"type": "base64", "media_type": "image/png", "data": _b64(png)}
+    return {
+        "system": "Be brief.",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Compare:"},
+                    {"type": "image", "source": png_source},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+                    {"type": "text", "text": "[audio: audio/wav, 104 bytes]"},  # no audio input
+                    {"type": "text", "text": "[audio: audio/ogg, 24 bytes]"},
+                    {
+                        "type": "document",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "application/pdf",
+                            "data": _b64(PDF_BYTES),
+                        },
+                        "title": "r.pdf",
+                    },
+                    SEARCH_RESULT,  # the OpenAI file is left out
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    *(thought if first_thought else []),  # never OpenAI's, never unsigned
+                    SERVER_USE,  # never OpenAI's annotation
+                    {"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "c1", "name": "zoom", "input": {"x": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "c1",
+                        "content": [
+                            {"type": "text", "text": "zoomed"},
+                            {
+                                "type": "image",
+                                "source": png_source,
+                            },
+                        ],
+                    }
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "It matches."}]},
+            {"role": "user", "content": [{"type": "text", "text": "And now?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "second thought", "signature": "sig-2"},
+                    {"type": "text", "text": "Fine."},
+                ],
+            },
+        ],
+    }  # fmt: skip
+
+
+def test_anthropic_export_writes_messages_api_block_shapes(shapes_db, capsys):
+    db, png = shapes_db
+    code, out, err = run(capsys, "--db", db, "export", "s", "--log", "--format", "anthropic")
+    assert code == 0, err
+    assert json.loads(out) == _anthropic_expected(png, first_thought=True)
+
+
+def test_a_view_export_leaves_out_the_reasoning_of_finished_turns(shapes_db, capsys):
+    """As the turn runner sends it (reasoning="current_turn"); --reasoning changes it."""
+    db, png = shapes_db
+    code, out, err = run(capsys, "--db", db, "export", "s", "--format", "anthropic")
+    assert code == 0, err
+    assert json.loads(out) == _anthropic_expected(png, first_thought=False)
+    args = ("--db", db, "export", "s", "--format", "anthropic", "--reasoning", "all")
+    assert json.loads(run(capsys, *args)[1]) == _anthropic_expected(png, first_thought=True)
+    args = ("--db", db, "export", "s", "--log", "--format", "anthropic", "--reasoning", "none")
+    doc = json.loads(run(capsys, *args)[1])
+    assert not [b for m in doc["messages"] for b in m["content"] if b["type"] == "thinking"]
+    assert doc["messages"][-1]["content"] == [{"type": "text", "text": "Fine."}]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "html"])
+def test_reasoning_is_refused_for_formats_that_write_every_part(fmt, shapes_db, capsys):
+    db, _ = shapes_db
+    code, out, err = run(capsys, "--db", db, "export", "s", "--format", fmt, "--reasoning", "none")
+    assert (code, out) == (2, "")
+    assert err.startswith("turnlog: error: --reasoning applies to --format openai and anthropic")

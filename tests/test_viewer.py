@@ -822,3 +822,67 @@ def test_a_parts_route_answers_its_exact_bytes(parts_db: Path) -> None:
             "/sessions/nope/events/1/parts/0",  # no such session
         ):
             assert c.get(missing).status_code == 404, missing
+
+
+def test_the_view_says_which_reasoning_was_not_sent(tmp_path: Path) -> None:
+    """The default reasoning policy ("current_turn") leaves out the reasoning of finished
+    turns: the view at a seq marks it, folded, and keeps the turn in progress's as sent."""
+    from turnlog import ReasoningPart
+
+    db = tmp_path / "r.db"
+    with SessionService(SqliteStore(db)) as svc:
+        svc.create("r")
+        call = ToolCall(id="c1", name="look", arguments="{}")
+        for m in [
+            Message.user("First?"),  # seq 1
+            Message.assistant(
+                parts=[
+                    ReasoningPart("anthropic", "early musing", signature="sig-1"),
+                    ReasoningPart("anthropic", encrypted="opaque", redacted=True),
+                    "Looking.",
+                ],
+                tool_calls=[call],
+            ),  # seq 2
+            Message.tool(ToolResult("c1", "look", "seen")),  # seq 3
+            Message.assistant("Done."),  # seq 4
+            Message.user("Second?"),  # seq 5
+            Message.assistant(
+                parts=[ReasoningPart("anthropic", "late musing", signature="sig-2"), "Yes."]
+            ),  # seq 6
+        ]:
+            svc.append_message("r", m)
+
+    def reasoning(view: dict) -> dict[int, list[bool]]:
+        return {
+            e["seq"]: [p["sent"] for p in e["parts"] if p["type"] == "reasoning"]
+            for e in view["events"]
+            if any(p["type"] == "reasoning" for p in e.get("parts", ()))
+        }
+
+    with TestClient(create_app(f"sqlite:///{db}"), base_url=LOCAL) as c:
+        now = c.get("/api/sessions/r/view").json()
+        assert reasoning(now) == {2: [False, False], 6: [True]}
+        assert (now["reasoning_policy"], now["reasoning_not_sent"]) == ("current_turn", 2)
+        then = c.get("/api/sessions/r/view", params={"at": 4}).json()  # turn 1 in progress
+        assert reasoning(then) == {2: [True, True]}
+        assert then["reasoning_not_sent"] == 0
+        assert reasoning(c.get("/api/sessions/r/view", params={"at": 6}).json()) == reasoning(now)
+
+        page = c.get("/sessions/r/view").text
+        folded = _details(page)
+        early = [d for d in folded if "early musing" in d]
+        assert len(early) == 1 and early[0].startswith('<details class="part reasoning not-sent">')
+        assert "reasoning (anthropic) · not sent (finished turn)</summary>" in early[0]
+        redacted = [d for d in folded if ": redacted" in d]
+        assert len(redacted) == 1 and "redacted · not sent (finished turn)</summary>" in redacted[0]
+        late = [d for d in folded if "late musing" in d]
+        assert len(late) == 1 and late[0].startswith('<details class="part reasoning">')
+        assert "not sent" not in late[0]
+        assert not any(re.match(r"<details[^>]*\bopen\b", d) for d in folded)
+        assert page.count("early musing") == 1 and "opaque" not in page
+        assert re.search(r'id="reasoning-not-sent"><b>2</b> reasoning parts of finished', page)
+        before = c.get("/sessions/r/view", params={"at": 4}).text
+        assert "not sent" not in before and 'id="reasoning-not-sent"' not in before
+        log = c.get("/sessions/r").text  # the log page says nothing about what was sent
+        assert "not sent" not in log
+        assert "sent" not in c.get("/api/sessions/r/log").json()["events"][1]["parts"][0]

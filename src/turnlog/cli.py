@@ -412,7 +412,8 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
     ("demo", cmd_demo, "build a conversation with tool calls, compact it four ways, print it; "
      "then a follow-up that edits a file, summarized with its files",
      "turnlog demo\n  turnlog --db /tmp/demo.db demo"),
-    ("import", _cmd_import, "import a conversation: OpenAI messages (JSON or JSONL) or ShareGPT",
+    ("import", _cmd_import, "import a conversation: OpenAI or Anthropic messages (JSON or JSONL) "
+     "or ShareGPT",
      "turnlog import chat.json --session support-42\n  turnlog import dataset.jsonl"),
     ("sessions", _cmd_sessions, "list the sessions: created, expires, events, view size",
      "turnlog sessions\n  turnlog sessions --tokens --format json"),
@@ -437,8 +438,11 @@ _DETAILS = {
     "the session's times and metadata, every event with its id, time and body, boundaries "
     "included (--session renames it; event ids stay, and are unique in a store). Otherwise: "
     'a JSON list of OpenAI chat-completions messages (or {"messages": [...]}), JSONL '
-    'with one message per line, or ShareGPT: a record {"conversations": [...]}, a list of '
-    "records or JSONL of records. Consecutive tool messages become one turnlog tool message "
+    'with one message per line, an Anthropic Messages transcript ({"system": ..., "messages": '
+    "[...]}, or messages holding Anthropic content blocks: image, document, thinking, "
+    'tool_use, tool_result, ...), or ShareGPT: a record {"conversations": [...]}, a list of '
+    "records or JSONL of records. Content parts come back as turnlog parts. Consecutive tool "
+    "messages become one turnlog tool message "
     "with several results. The session id is --session or the file's name without extension; "
     "several ShareGPT records become sessions ID-1, ID-2, ... Nothing is written if any entry "
     "is bad. A conversation that breaks the view rules (a tool result answering no open call, "
@@ -505,7 +509,9 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         commands[name] = p
     commands["import"].add_argument(
-        "file", help="the JSON, JSONL or ShareGPT file, or turnlog JSONL from `turnlog export`"
+        "file",
+        help="the OpenAI or Anthropic JSON or JSONL, or ShareGPT file, or turnlog JSONL from "
+        "`turnlog export`",
     )
     commands["import"].add_argument("--session", help="the new session's id")
     commands["import"].add_argument(

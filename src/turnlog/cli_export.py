@@ -40,6 +40,7 @@ from turnlog.parts import (
     TextPart,
     data_url,
 )
+from turnlog.reasoning import DEFAULT_REASONING, REASONING_POLICIES, strip_reasoning
 from turnlog.service import SessionService
 from turnlog.text import event_text, part_note
 from turnlog.tokens import event_tokens
@@ -71,8 +72,14 @@ EXPORT_DETAILS: Final = (
     'openai: {"messages": [...]} as Chat Completions takes them (what `turnlog import` '
     'reads too); anthropic: {"system": ..., "messages": [...]} as the Messages API takes '
     "them. For those two the view is the messages a model is sent, repaired as "
-    "view_messages() repairs them; with --log, every message of the log in order (covered "
-    "ones and summaries included; boundaries have no place in these formats). jsonl: turnlog's "
+    "view_messages() repairs them, the reasoning of finished turns left out as the turn runner "
+    "leaves it out (--reasoning current_turn; --reasoning all keeps it); with --log, every "
+    "message of the log in order (covered ones and summaries included, every reasoning part "
+    "unless --reasoning says otherwise; boundaries have no place in these formats). Each "
+    "provider's part shapes: OpenAI image_url (a data: URL or the URL, with its detail), "
+    "input_audio, file; Anthropic image and document blocks, and thinking blocks for "
+    "Anthropic's own reasoning only: another provider's reasoning and blocks are left out "
+    "(Chat Completions takes no reasoning at all). jsonl: turnlog's "
     "own format, every event with its id, seq, time and body, boundaries included; `turnlog "
     "import FILE` reads it back as it was (use --log for a copy of the whole session). html: "
     "one file with no external assets and no script, the timeline with each compaction shown "
@@ -104,6 +111,14 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens",
         action="store_true",
         help="html: show each message's tokens and the view's (loads the tokenizer)",
+    )
+    parser.add_argument(
+        "--reasoning",
+        choices=REASONING_POLICIES,
+        default=None,
+        help="openai and anthropic: which reasoning parts are written; current_turn (the "
+        "default for the view, as the turn runner sends it), all (the default with --log) or "
+        "none",
     )
 
 
@@ -221,6 +236,11 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
     view = svc.view(args.session)
     shown = log if args.log else view
     scope = "log" if args.log else "view"
+    if args.reasoning is not None and args.format not in ("openai", "anthropic"):
+        raise InvalidInput(
+            f"--reasoning applies to --format openai and anthropic; {args.format} holds every "
+            "part of the events it writes"
+        )
     progress = Progress(f"exporting {scope} events", len(shown))
     with output(args.output, html=args.format == "html") as out, progress:
         if args.format == "jsonl":
@@ -235,6 +255,8 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
                 messages = [e.message for e in log if e.message is not None]
             else:
                 messages = svc.view_messages(args.session)
+            policy = args.reasoning or ("all" if args.log else DEFAULT_REASONING)
+            messages = strip_reasoning(messages, policy)
             out.write(_wire(args.format, messages).encode("utf-8"))
     if args.output is not None:
         print(

@@ -1,10 +1,13 @@
-"""Read conversations from files: OpenAI chat-completions messages, ShareGPT records, and
-turnlog's own JSONL (`turnlog export --format jsonl`), which `read_session_dump` reads back whole.
+"""Read conversations from files: OpenAI chat-completions messages, Anthropic Messages
+transcripts, ShareGPT records, and turnlog's own JSONL (`turnlog export --format jsonl`), which
+`read_session_dump` reads back whole.
 
 `read_conversations(path)` accepts a JSON list of OpenAI messages (or `{"messages": [...]}`),
-JSONL with one message per line, or ShareGPT: a record `{"conversations": [...]}`, a list of
-records, or JSONL of records. Consecutive tool messages become one turnlog tool message with
-several results. Every problem raises `InvalidInput` naming the file and the entry.
+JSONL with one message per line, an Anthropic transcript (`{"system": ..., "messages": [...]}`,
+or messages holding Anthropic content blocks; see `turnlog.importers_anthropic`), or ShareGPT: a
+record `{"conversations": [...]}`, a list of records, or JSONL of records. Consecutive tool
+messages become one turnlog tool message with several results. Every problem raises
+`InvalidInput` naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Final
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, ToolCall, ToolResult
+from turnlog.importers_anthropic import anthropic_messages, looks_anthropic
 from turnlog.jsonl import SessionDump, is_header, read_dump
 from turnlog.parts import AudioPart, FilePart, ImagePart, Part, TextPart, read_data_url
 
@@ -28,7 +32,8 @@ __all__ = ["is_session_dump", "read_conversations", "read_session_dump", "shareg
 
 ACCEPTED = (
     'turnlog import reads a JSON list of OpenAI chat-completions messages ({"role": ..., '
-    '"content": ...}) or {"messages": [...]}, JSONL with one message per line, or ShareGPT: '
+    '"content": ...}) or {"messages": [...]}, JSONL with one message per line, an Anthropic '
+    'Messages transcript ({"system": ..., "messages": [...]}), or ShareGPT: '
     '{"conversations": [...]}, a list or JSONL of such records'
 )
 
@@ -140,9 +145,12 @@ def read_conversations(path: Path) -> tuple[str, list[list[Message]]]:
 
 
 def _conversations(path: Path, items: list[tuple[str, Any]]) -> tuple[str, list[list[Message]]]:
+    system: object = None
+    anthropic = False  # a top-level "system" beside the messages is the Anthropic shape
     if len(items) == 1 and not items[0][0]:  # one JSON document
         doc = items[0][1]
         if isinstance(doc, dict) and "messages" in doc and "role" not in doc:
+            anthropic, system = "system" in doc, doc.get("system")
             doc = doc["messages"]
         elif isinstance(doc, dict) and not {"role", "conversations", "from"} & doc.keys():
             known = "input" in doc or "output" in doc or doc.get("type") in _RESPONSES_TYPES
@@ -158,6 +166,8 @@ def _conversations(path: Path, items: list[tuple[str, Any]]) -> tuple[str, list[
     items = [(f"{path}, {where}", item) for where, item in items]
     if isinstance(items[0][1], dict) and "conversations" in items[0][1]:
         return "sharegpt", [sharegpt_messages(where, record) for where, record in items]
+    if anthropic or looks_anthropic([item for _, item in items]):
+        return "anthropic", [anthropic_messages(str(path), system, items)]
     return "openai", [_openai(items)]
 
 
@@ -188,7 +198,8 @@ def _content(where: str, value: object) -> tuple[str | None, tuple[Part, ...]]:
             raise _bad(
                 where,
                 f"content part {j} is of type {kind!r}: text, image_url, input_audio and file "
-                "parts import",
+                "parts import (and Anthropic content blocks, from a transcript without OpenAI's "
+                "system or tool messages and tool_calls)",
             )
         try:
             parts.append(_part(part))

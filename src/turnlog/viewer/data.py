@@ -25,6 +25,7 @@ from turnlog.parts import (
     ReasoningPart,
     TextPart,
 )
+from turnlog.reasoning import DEFAULT_REASONING, strip_reasoning
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
 from turnlog.text import event_text, part_note
@@ -48,6 +49,7 @@ __all__ = [
     "part_filename",
     "parts_json",
     "read_log",
+    "reasoning_not_sent",
     "session_json",
     "sessions_page",
     "view_at",
@@ -408,6 +410,35 @@ def log_at(svc: SessionService, session_id: str, at: int) -> tuple[list[SessionE
     return log, len(log)
 
 
+def _reasoning_count(parts: Sequence[Part]) -> int:
+    return sum(1 for p in parts if type(p) is ReasoningPart)
+
+
+def reasoning_not_sent(sent: Sequence[SessionEvent]) -> set[str]:
+    """The ids of the events among `sent` (what a model is sent of a view, in order) whose
+    reasoning parts the default reasoning policy ("current_turn": see `turnlog.reasoning`)
+    leaves out: the reasoning of finished turns. `strip_reasoning` itself decides, so the
+    pages say what the turn runner sends."""
+    events = [e for e in sent if e.message is not None]
+    if not any(_reasoning_count(e.message.parts) for e in events if e.message is not None):
+        return set()  # the common case: nothing to strip, no message rebuilt
+    messages = [e.message for e in events if e.message is not None]
+    kept = strip_reasoning(messages, DEFAULT_REASONING)
+    return {
+        e.id
+        for e, before, after in zip(events, messages, kept, strict=True)
+        if _reasoning_count(after.parts) < _reasoning_count(before.parts)
+    }
+
+
+def _mark_reasoning(event: dict[str, Any], left_out: bool) -> dict[str, Any]:
+    """`event` (see `event_json`) with `"sent"` on each of its message's reasoning parts."""
+    for part in event.get("parts", ()):
+        if part["type"] == "reasoning":
+            part["sent"] = not left_out
+    return event
+
+
 def _projected(
     svc: SessionService, session_id: str, at: int | None
 ) -> tuple[list[SessionEvent], int | None]:
@@ -429,9 +460,15 @@ def view_at(
     at seq `at` (every event up to and including `at`). Paged by `offset` and `limit`; the
     token total covers the whole view.
 
+    Each reasoning part of the page's messages carries `"sent"`: False for the reasoning of a
+    finished turn, which the default reasoning policy ("current_turn") leaves out of what the
+    model is sent (see `reasoning_not_sent`); `"reasoning_not_sent"` counts those parts in the
+    whole view.
+
     Returns:
         {"session", "version", "at", "events", "total_events", "view_tokens", "offset",
-        "limit", "next_offset", "boundary" (the boundary in force, or None)}.
+        "limit", "next_offset", "boundary" (the boundary in force, or None),
+        "reasoning_policy", "reasoning_not_sent"}.
     """
     session = svc.get(session_id)
     version = svc.version(session_id)
@@ -443,19 +480,29 @@ def view_at(
     replaced: dict[str, str] = {}
     for b in bounds:
         replaced.update(b.boundary.replaced)
-    sent = {e.id for e in sent_events(view)}
+    in_order = sent_events(view)
+    sent = {e.id for e in in_order}
+    left_out = reasoning_not_sent(in_order)
     page = view[offset : offset + limit]
     status = _statuses(page, newest, replaced)
     for e in page:
         if e.id not in sent:
             status[e.id] = "superseded"
     counts = event_tokens().counts(page)
+    events = [
+        _mark_reasoning(event_json(e, status[e.id], n), e.id in left_out)
+        for e, n in zip(page, counts, strict=True)
+    ]
     return {
         "session": session_json(session, version, None),
         "version": version,
         "at": at,
-        "events": pair_tools(
-            [event_json(e, status[e.id], n) for e, n in zip(page, counts, strict=True)]
+        "events": pair_tools(events),
+        "reasoning_policy": DEFAULT_REASONING,
+        "reasoning_not_sent": sum(
+            _reasoning_count(e.message.parts)
+            for e in in_order
+            if e.id in left_out and e.message is not None
         ),
         "total_events": len(view),
         "view_tokens": view_tokens(view),
