@@ -13,14 +13,27 @@ Like the Messages API, it answers 400 to a request with thinking enabled whose t
 are not the ones it issued, or whose final assistant message (in a tool loop) does not start
 with the thinking blocks it issued with those tool_use blocks (`thinking_refusal`); the scripted
 reply waits for the next request. (`enforce_thinking = False` turns the check off.)
+
+Like the providers, it bills the images of a request as input tokens: the tokens of every inline
+image (Chat Completions `image_url`, Responses `input_image`, Messages `image` blocks, tool
+results included) are added to the reply's `prompt_tokens` / `input_tokens` (and
+`total_tokens`), in a JSON reply or a stream's usage, by each provider's published rule
+(`openai_billed_tokens`, `anthropic_billed_tokens`, below), the image's size decoded from its
+base64 data with Pillow. Text is billed as scripted. `Request.images` lists what each request
+was billed for; `bill_images = False` reports the scripted usage unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import io
 import json
+import math
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +57,8 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any
+    images: list[BilledImage] = field(default_factory=list)
+    """The images the request was billed for, in the order they appear in it."""
 
 
 class ScriptedServer:
@@ -57,6 +72,11 @@ class ScriptedServer:
         """Answer 400 as the Messages API does to thinking blocks not passed back unmodified."""
         self.issued: list[Issued] = []
         """The thinking blocks and tool_use ids of each Messages reply sent (JSON or SSE)."""
+        self.bill_images = True
+        """Add the tokens of a request's images to the input tokens its reply reports."""
+        self.anthropic_max_pixels = ANTHROPIC_MAX_PIXELS
+        """The area over which the Messages API scales an image down (see
+        `anthropic_billed_tokens`)."""
         self.rewrite: Callable[[Request, Reply], Reply] | None = None
         """Called with each request and the scripted reply; returns the reply to send (a
         server that computes part of its reply from the request, e.g. `CountingServer`)."""
@@ -83,11 +103,11 @@ class ScriptedServer:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = raw
-                server.requests.append(
-                    Request(
-                        "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
-                    )
+                request = Request(
+                    "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
                 )
+                request.images = billed_images(self.path, body, server.anthropic_max_pixels)
+                server.requests.append(request)
                 reply = server.replies.popleft() if server.replies else Reply(500, b"{}")
                 refused = null_content(self.path, body) if server.refuse_null_content else None
                 if refused is not None:
@@ -103,7 +123,10 @@ class ScriptedServer:
                     error = anthropic_error("invalid_request_error", refused)
                     reply = Reply(400, json.dumps(error).encode())
                 if server.rewrite is not None:
-                    reply = server.rewrite(server.requests[-1], reply)
+                    reply = server.rewrite(request, reply)
+                billed = sum(image.tokens for image in request.images)
+                if server.bill_images and billed and reply.status == 200:
+                    reply = with_input_tokens(reply, billed)
                 if self.path.endswith("/messages") and reply.status == 200:
                     issued = issued_by(reply)
                     if issued is not None:
@@ -574,6 +597,248 @@ def thinking_refusal(body: Any, issued: list[Issued]) -> str | None:
                 "passed back complete and unmodified, in order, before its tool_use blocks"
             )
     return None
+
+
+# -- images, billed as the providers bill them ------------------------------------------------
+#
+# Written from the providers' guides, not from turnlog.media, so that it can check it:
+#
+# OpenAI, "Images and vision", "Calculating costs" (GPT-4o, GPT-4.1, GPT-4.5, o-series): an
+# image at `detail: "low"` costs 85 tokens. At `"high"` it is scaled to fit within 2048 x 2048,
+# then so that its shortest side is 768 px; it costs 170 tokens per 512 px square needed to
+# cover it, plus 85. The guide's examples only ever scale down (1024 x 1024 -> 768 x 768; 2048 x
+# 4096 -> 1024 x 2048 -> 768 x 1536), and its input limits give high detail as "768px (short
+# side) x 2000px (long side)", so an image is never scaled up here. The guide does not say how a
+# scaled side is rounded: here to the nearest pixel, as a resizer does. `"auto"` (or no detail,
+# which means auto) lets the model choose; it is billed as `"high"` here.
+#
+# Anthropic, "Vision", "Evaluate image size": "If your image's long edge is more than 1568
+# pixels, or your image is more than ~1,600 tokens, it will first be scaled down, preserving
+# aspect ratio, until it's within the size limits"; then tokens = (width px * height px) / 750,
+# rounded up here. ~1,600 tokens is 1,600 x 750 = 1,200,000 px, the default area limit
+# (`ANTHROPIC_MAX_PIXELS`; the guide's other figures: "no more than 1.15 megapixels" to improve
+# time-to-first-token, and its table of the largest sizes not resized, up to 784 x 1568 =
+# 1,229,312 px). A scaled size is rounded down to whole pixels, so it stays within the limits.
+
+OPENAI_LOW_DETAIL = 85
+OPENAI_BASE = 85
+OPENAI_PER_TILE = 170
+OPENAI_TILE = 512
+OPENAI_BOX = 2048
+OPENAI_SHORT_SIDE = 768
+ANTHROPIC_LONG_EDGE = 1568
+ANTHROPIC_PIXELS_PER_TOKEN = 750
+ANTHROPIC_MAX_PIXELS = 1_600 * ANTHROPIC_PIXELS_PER_TOKEN
+"""The guide's "more than ~1,600 tokens" as an area: 1,200,000 px."""
+
+
+def _nearest(side: int, num: int, den: int) -> int:
+    """side * num / den, rounded to the nearest whole pixel (a half up), at least 1."""
+    return max(1, (2 * side * num + den) // (2 * den))
+
+
+def openai_billed_tokens(width: int, height: int, detail: str | None = None) -> int:
+    """The tokens OpenAI bills for a `width` x `height` image sent at `detail`."""
+    if detail == "low":
+        return OPENAI_LOW_DETAIL
+    w, h = width, height
+    longest = max(w, h)
+    if longest > OPENAI_BOX:
+        w, h = _nearest(w, OPENAI_BOX, longest), _nearest(h, OPENAI_BOX, longest)
+    shortest = min(w, h)
+    if shortest > OPENAI_SHORT_SIDE:
+        w, h = _nearest(w, OPENAI_SHORT_SIDE, shortest), _nearest(h, OPENAI_SHORT_SIDE, shortest)
+    tiles = math.ceil(w / OPENAI_TILE) * math.ceil(h / OPENAI_TILE)
+    return OPENAI_BASE + OPENAI_PER_TILE * tiles
+
+
+def anthropic_scaled_size(
+    width: int, height: int, max_pixels: int = ANTHROPIC_MAX_PIXELS
+) -> tuple[int, int]:
+    """The size Claude sees a `width` x `height` image at: scaled down, keeping its aspect
+    ratio, to the largest size whose long edge is at most 1568 px and whose area is at most
+    `max_pixels`, in exact integer arithmetic."""
+    longest = max(width, height)
+    over_edge = longest > ANTHROPIC_LONG_EDGE
+    over_area = width * height > max_pixels
+    if not over_edge and not over_area:
+        return width, height
+    # The edge's scale 1568 / longest is the smaller one when
+    # (1568 / longest)^2 <= max_pixels / (width * height).
+    if over_edge and (
+        not over_area or ANTHROPIC_LONG_EDGE**2 * width * height <= max_pixels * longest**2
+    ):
+        return (
+            max(1, width * ANTHROPIC_LONG_EDGE // longest),
+            max(1, height * ANTHROPIC_LONG_EDGE // longest),
+        )
+    # floor(width * sqrt(max_pixels / (width * height))) = isqrt(max_pixels * width // height)
+    return (
+        max(1, math.isqrt(max_pixels * width // height)),
+        max(1, math.isqrt(max_pixels * height // width)),
+    )
+
+
+def anthropic_billed_tokens(width: int, height: int, max_pixels: int = ANTHROPIC_MAX_PIXELS) -> int:
+    """The tokens Anthropic bills for a `width` x `height` image."""
+    w, h = anthropic_scaled_size(width, height, max_pixels)
+    return -(-(w * h) // ANTHROPIC_PIXELS_PER_TOKEN)
+
+
+@dataclass
+class BilledImage:
+    """One image of a request, as the server billed it."""
+
+    where: str
+    """Where it is in the body, e.g. `messages.1.content.0`."""
+    width: int | None
+    """Its width as decoded; None when it was not decoded (a URL, unreadable data)."""
+    height: int | None
+    detail: str | None
+    """OpenAI's `detail` sent with it (None when absent; never for Anthropic)."""
+    tokens: int
+    """The tokens billed for it: 0 when it was not decoded."""
+
+
+def decoded_size(data: str) -> tuple[int, int] | None:
+    """The (width, height) Pillow reads from base64 image `data`; None when it cannot."""
+    from PIL import Image, UnidentifiedImageError  # a dev dependency, loaded when billing
+
+    try:
+        raw = base64.b64decode(data, validate=True)
+        with warnings.catch_warnings():  # only the size is read: a huge one is no bomb here
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(raw)) as image:
+                return image.size
+    except (binascii.Error, ValueError, OSError, UnidentifiedImageError):
+        return None
+    except Image.DecompressionBombError:
+        return None
+
+
+def _data_url_payload(url: Any) -> str | None:
+    """The base64 payload of a `data:<type>;base64,<payload>` URL; None for anything else."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    head, sep, payload = url.partition(",")
+    return payload if sep and head.endswith(";base64") else None
+
+
+def _found(value: Any, kind: str, where: str) -> list[tuple[str, dict]]:
+    """Every dict of `"type": kind` inside `value` (lists and dicts), with its place."""
+    out: list[tuple[str, dict]] = []
+    if isinstance(value, dict):
+        if value.get("type") == kind:
+            out.append((where, value))
+        else:
+            for key, inner in value.items():
+                out += _found(inner, kind, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            out += _found(inner, kind, f"{where}.{i}")
+    return out
+
+
+def billed_images(
+    path: str, body: Any, anthropic_max_pixels: int = ANTHROPIC_MAX_PIXELS
+) -> list[BilledImage]:
+    """The images of a Chat Completions, Responses or Messages request `body`, each with its
+    tokens. Only inline (base64) images are decoded and billed; one given by URL or file id
+    is listed with 0 tokens (the server fetches nothing), as is data Pillow cannot read."""
+    if not isinstance(body, dict):
+        return []
+    path = path.rstrip("/")
+    images: list[BilledImage] = []
+    if path.endswith("/chat/completions") or path.endswith("/responses"):
+        chat = path.endswith("/chat/completions")
+        key, kind = ("messages", "image_url") if chat else ("input", "input_image")
+        for where, part in _found(body.get(key), kind, key):
+            image = part.get("image_url")
+            if isinstance(image, dict):  # Chat Completions: {"url", "detail"}
+                url, detail = image.get("url"), image.get("detail")
+            else:  # Responses: "image_url" and "detail" beside "type"
+                url, detail = image, part.get("detail")
+            payload = _data_url_payload(url)
+            size = decoded_size(payload) if payload is not None else None
+            tokens = 0 if size is None else openai_billed_tokens(*size, detail=detail)
+            images.append(BilledImage(where, *(size or (None, None)), detail, tokens))
+    elif path.endswith("/messages"):
+        for where, block in _found(body.get("messages"), "image", "messages"):
+            source = block.get("source")
+            size = None
+            if isinstance(source, dict) and source.get("type") == "base64":
+                size = decoded_size(source.get("data", ""))
+            tokens = 0 if size is None else anthropic_billed_tokens(*size, anthropic_max_pixels)
+            images.append(BilledImage(where, *(size or (None, None)), None, tokens))
+    return images
+
+
+def _add_input(usage: Any, tokens: int) -> bool:
+    """Add `tokens` to the input (and total) counts of a usage object, where it has them;
+    whether it had any."""
+    if not isinstance(usage, dict):
+        return False
+    keys = [k for k in ("prompt_tokens", "input_tokens", "total_tokens") if k in usage]
+    keys = [k for k in keys if isinstance(usage[k], int)]
+    for key in keys:
+        usage[key] += tokens
+    return bool(keys)
+
+
+def _bill_event(event: Any, tokens: int) -> bool:
+    """Add `tokens` to the usage a JSON body or a stream event carries, in any of the three
+    wire formats; whether it carried one."""
+    if not isinstance(event, dict):
+        return False
+    billed = _add_input(event.get("usage"), tokens)  # a body, a chunk, a message_delta
+    for key in ("message", "response"):  # message_start; response.completed
+        if isinstance(event.get(key), dict):
+            billed = _add_input(event[key].get("usage"), tokens) or billed
+    return billed
+
+
+def _bill_chunk(chunk: bytes, tokens: int) -> bytes:
+    """An SSE chunk with `tokens` added to the usage its events carry; unchanged without."""
+    try:
+        lines = chunk.decode().split("\n")
+    except UnicodeDecodeError:
+        return chunk
+    billed = False
+    for i, line in enumerate(lines):
+        if not line.startswith("data: "):
+            continue
+        try:
+            event = json.loads(line[6:])
+        except ValueError:
+            continue
+        if _bill_event(event, tokens):
+            lines[i] = "data: " + json.dumps(event)
+            billed = True
+    return "\n".join(lines).encode() if billed else chunk
+
+
+def with_input_tokens(reply: Reply, tokens: int) -> Reply:
+    """`reply` with `tokens` more input tokens in the usage it reports: in a JSON body, or in
+    each stream event that carries a usage. A body that is not JSON is left as it is."""
+    if reply.sse is not None:
+        chunks = [_bill_chunk(chunk, tokens) for chunk in reply.sse]
+        return Reply(
+            reply.status, reply.body, reply.content_type, reply.headers, chunks, reply.delay
+        )
+    try:
+        body = json.loads(reply.body)
+    except ValueError:
+        return reply
+    if not _bill_event(body, tokens):
+        return reply
+    return Reply(
+        reply.status,
+        json.dumps(body).encode(),
+        reply.content_type,
+        reply.headers,
+        None,
+        reply.delay,
+    )
 
 
 # -- driving both twins from one test ------------------------------------------------------------
