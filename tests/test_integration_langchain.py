@@ -10,6 +10,7 @@ indexers, vector stores and sandboxes); the history's behaviours are checked her
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -944,6 +945,13 @@ def wav_bytes(seconds: float = 1.5, rate: int = 8000) -> bytes:
     return out.getvalue()
 
 
+def holds(part, data: bytes) -> bool:
+    """True when `part` holds `data`: inline (under 16 KiB), or as the attachment of its bytes."""
+    if part.data is not None:
+        return part.data == data
+    return part.ref == "sha256:" + hashlib.sha256(data).hexdigest() and part.size == len(data)
+
+
 def b64(data: bytes) -> str:
     import base64
 
@@ -966,14 +974,16 @@ def test_an_image_block_is_stored_as_an_image_part_counted_by_the_image_rule(mak
     text_part, image = event.message.parts
     assert text_part == TextPart("What is in this picture?")
     assert isinstance(image, ImagePart)
-    assert (image.media_type, image.data) == ("image/png", png)
+    # over 16 KiB: the bytes are stored apart, once, and the part holds their reference
+    assert (image.media_type, image.data, image.size) == ("image/png", None, len(png))
+    assert image.ref == "sha256:" + hashlib.sha256(png).hexdigest()
     # counted by the image rule: by default the larger of OpenAI's and Anthropic's, from the
     # size in the PNG header
     counter = default_counter()
     text_tokens = counter.count(event_text(event))
     rule = max(openai_image_tokens(320, 240), anthropic_image_tokens(320, 240))
     assert event.tokens.count == text_tokens + part_tokens(image, counter) == text_tokens + rule
-    assert event.tokens.count > 10 * text_tokens
+    assert event.tokens.count > text_tokens + 200
     # stored once: the LangChain form keeps a pointer, not a second copy of the base64
     assert b64(png)[:200] not in json.dumps(dict(event.message.metadata))
     assert event.message.metadata[PARTS_KEY] == [[1, ["base64"], 1, "base64"]]
@@ -1033,13 +1043,14 @@ def test_every_image_file_and_audio_shape_round_trips_as_parts(make_history):
         "AudioPart",
         "ImagePart",
     ]
-    assert (parts[1].data, parts[1].detail) == (png, "low")
+    assert holds(parts[1], png) and parts[1].detail == "low"
     assert (parts[2].url, parts[2].media_type) == ("https://example.com/cat.jpg", "image/jpeg")
-    assert (parts[4].data, parts[4].name, parts[5].name) == (pdf, "a.pdf", "b.pdf")
-    assert (parts[6].media_type, parts[7].media_type, parts[7].data) == ("audio/wav",) * 2 + (wav,)
+    assert holds(parts[4], pdf) and (parts[4].name, parts[5].name) == ("a.pdf", "b.pdf")
+    assert (parts[6].media_type, parts[7].media_type) == ("audio/wav",) * 2
+    assert holds(parts[7], wav)  # over 16 KiB: stored apart, the part names it
     assert parts[8].media_type == "image/png"
     (result,) = log[2].message.tool_results
-    assert [type(p) for p in result.parts] == [ImagePart] and result.parts[0].data == png
+    assert [type(p) for p in result.parts] == [ImagePart] and holds(result.parts[0], png)
     assert b64(png)[:100] not in json.dumps([dict(e.message.metadata) for e in log])
     assert history.get() == sent
     assert make_history().get() == sent

@@ -34,10 +34,20 @@ from turnlog.events import (
     SessionEvent,
     check_id,
     new_id,
+    trusted_copy,
 )
 from turnlog.lazy import LazyEvents
 from turnlog.rules import repair_messages
-from turnlog.stores.attachments import check_ref, inline_bytes, refs_of_messages, verified
+from turnlog.stores.attachments import (
+    DEFAULT_LIMITS,
+    check_ref,
+    has_media,
+    inline_bytes,
+    refs_in,
+    refs_of_messages,
+    split_attachments,
+    verified,
+)
 from turnlog.stores.base import Clock, EventFilter, utc_now
 from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
@@ -96,8 +106,22 @@ class AsyncSessionService:
         return self._tokens
 
     def _counted(self, events: Sequence[SessionEvent]) -> list[SessionEvent]:
-        """`events` with each message's token count, as they are appended."""
-        return self._token_cache().counted(events) if self._record_tokens else list(events)
+        """`events` with each message's token count, as they are appended.
+
+        An event whose large bytes the store keeps apart is counted in the form the store
+        keeps (its parts naming their attachments, with the image sizes and page counts their
+        bytes tell), so that a recount of the stored event gives the same number."""
+        if not self._record_tokens:
+            return list(events)
+        cache = self._token_cache()
+        if not any(e.message is not None and has_media(e.message) for e in events):
+            return cache.counted(events)
+        limits = getattr(self.store, "attachment_limits", DEFAULT_LIMITS)
+        kept = cache.counted(split_attachments(events, limits).events)
+        return [
+            e if k.tokens is None else trusted_copy(e, tokens=k.tokens)
+            for e, k in zip(events, kept, strict=True)
+        ]
 
     async def close(self) -> None:
         """Close the store (and so its connections or pool)."""
@@ -428,6 +452,26 @@ class AsyncSessionService:
             return list(messages)
         blobs = {ref: await self.attachment(session_id, ref) for ref in refs}
         return [inline_bytes(m, blobs) for m in messages]
+
+    async def view_with_bytes(self, session_id: str) -> list[SessionEvent]:
+        """`view`, with the bytes of every attachment back in its part (for an adapter that
+        hands the view to a framework or a wire format, which need the bytes themselves).
+
+        Raises:
+            SessionNotFound: no such session.
+            AttachmentNotFound, CorruptData: as `attachment`.
+        """
+        view = await self.view(session_id)
+        refs = sorted(refs_in(view))
+        if not refs:
+            return view
+        blobs = {ref: await self.attachment(session_id, ref) for ref in refs}
+        return [
+            trusted_copy(e, message=inline_bytes(e.message, blobs))
+            if e.message is not None and has_media(e.message)
+            else e
+            for e in view
+        ]
 
     async def view(self, session_id: str) -> list[SessionEvent]:
         """The active view: what the model sees, in order."""

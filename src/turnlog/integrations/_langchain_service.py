@@ -92,7 +92,7 @@ class Backend:
     def view(self, session_id: str) -> list[Message]:
         service = self._sync("aget_messages / ainvoke")
         try:
-            return service.view_messages(session_id)
+            return service.with_bytes(session_id, service.view_messages(session_id))
         except SessionNotFound:
             return []
 
@@ -134,7 +134,7 @@ class Backend:
         if not isinstance(service, AsyncSessionService):
             return await asyncio.to_thread(self.view, session_id)
         try:
-            return await service.view_messages(session_id)
+            return await service.with_bytes(session_id, await service.view_messages(session_id))
         except SessionNotFound:
             return []
 

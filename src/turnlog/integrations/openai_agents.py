@@ -164,7 +164,7 @@ class TurnlogSession:
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted is not None and wanted <= 0:
             return []
-        items = [item for _, _, item in _shown(await self.service.view(self.session_id))]
+        items = [item for _, _, item in _shown(await self.service.view_with_bytes(self.session_id))]
         if wanted is None:
             return cast(list[TResponseInputItem], items)
         return cast(list[TResponseInputItem], items[-wanted:])
@@ -215,7 +215,7 @@ class TurnlogSession:
         await self._ensure()
         for attempt in range(_ATTEMPTS):
             version = await self.service.version(self.session_id)
-            view = await self.service.view(self.session_id)
+            view = await self.service.view_with_bytes(self.session_id)
             shown = _shown(view, warn=False)
             if not shown:
                 return None

@@ -168,7 +168,7 @@ async def load_history_async(service: AsyncSessionService, session_id: str) -> l
     """
     if await service.find(session_id) is None:
         return []
-    return to_model_messages(session_id, await service.view(session_id))
+    return to_model_messages(session_id, await service.view_with_bytes(session_id))
 
 
 async def _process_async(
@@ -184,7 +184,7 @@ async def _process_async(
     if compaction is not None:
         result = await service.compact(session_id, compaction[0], compaction[1], retries=2)
         warn_if_refires(session_id, result)
-    return to_model_messages(session_id, await service.view(session_id), plan.by_key)
+    return to_model_messages(session_id, await service.view_with_bytes(session_id), plan.by_key)
 
 
 def history_processor(
@@ -321,4 +321,4 @@ def load_history(service: SessionService, session_id: str) -> list[ModelMessage]
     """
     if service.find(session_id) is None:
         return []
-    return to_model_messages(session_id, service.view(session_id))
+    return to_model_messages(session_id, service.view_with_bytes(session_id))

@@ -71,7 +71,7 @@ class MemoryStore:
         self, *, clock: Clock = utc_now, attachments: AttachmentLimits = DEFAULT_LIMITS
     ) -> None:
         self._clock = clock
-        self._limits = attachments
+        self._limits = self.attachment_limits = attachments
         self._logs: dict[str, _Log] = {}
         self._owner: dict[str, str] = {}  # event id -> session id
         self._blobs: dict[str, bytes] = {}  # attachment ref -> bytes

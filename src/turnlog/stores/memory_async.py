@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from turnlog.stores.attachments import DEFAULT_LIMITS, AttachmentLimits
 from turnlog.stores.base import Clock, utc_now
 from turnlog.stores.memory import MemoryStore
 from turnlog.stores.threaded import ThreadedAsyncStore
@@ -15,10 +16,16 @@ class AsyncMemoryStore(ThreadedAsyncStore):
 
     Args:
         clock: stamps events appended without a timestamp.
+        attachments: as `MemoryStore`.
     """
 
-    def __init__(self, *, clock: Clock = utc_now) -> None:
-        super().__init__(lambda: MemoryStore(clock=clock), workers=0, name="memory")
+    def __init__(
+        self, *, clock: Clock = utc_now, attachments: AttachmentLimits = DEFAULT_LIMITS
+    ) -> None:
+        self.attachment_limits = attachments
+        super().__init__(
+            lambda: MemoryStore(clock=clock, attachments=attachments), workers=0, name="memory"
+        )
 
     async def open(self) -> AsyncMemoryStore:
         """Nothing to open; returns the store."""

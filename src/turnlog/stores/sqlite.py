@@ -208,7 +208,7 @@ class SqliteStore:
         attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.path, self._busy_timeout = check_options(path, busy_timeout, synchronous)
-        self._limits = attachments
+        self._limits = self.attachment_limits = attachments
         self._busy_ms = int(self._busy_timeout * 1000)
         self._synchronous = synchronous
         self._clock = clock

@@ -58,6 +58,7 @@ class AsyncSqliteStore(ThreadedAsyncStore):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidInput(f"workers must be an integer >= 1, got {workers!r}")
         self.path, _ = check_options(path, busy_timeout, synchronous)
+        self.attachment_limits = attachments
 
         def make() -> SqliteStore:
             return SqliteStore(
