@@ -24,6 +24,8 @@ from turnlog import (
 )
 from turnlog.codec import decode_event, encode_body, events_from_rows, from_micros, to_micros
 from turnlog.events import MAX_TIMESTAMP, MIN_TIMESTAMP
+from turnlog.payloads import ToolsDiscovered
+from turnlog.toolsearch.discovery import MAX_QUERY_CHARS, discovered_names
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "bodies_v1.json").read_text("utf-8"))
 
@@ -367,3 +369,142 @@ def test_decoded_records_are_the_public_types_and_frozen():
         event.message.text = "y"  # type: ignore[misc]
     with pytest.raises(AttributeError):
         event.seq = 8  # type: ignore[misc]
+
+
+# -- the payload records: boundaries and discoveries, typed once per read ------------------------
+
+PAYLOAD_FIXTURES = json.loads(
+    (Path(__file__).parent / "fixtures" / "bodies_v1_payloads.json").read_text("utf-8")
+)
+"""COMPACTION and TURNLOG.TOOLS_DISCOVERED bodies as turnlog wrote them before their payloads
+became typed records, each with what that version decoded it to (`decoded`, and for a boundary
+what `from_event` gave): they must read back as the same events, forever."""
+
+
+def _decode_payload_fixture(name):
+    row = PAYLOAD_FIXTURES[name]
+    return decode_event(
+        event_id=row["id"],
+        session_id="s",
+        seq=5,
+        type_name=row["type"],
+        timestamp_micros=1_700_000_000_000_000,
+        synthetic=row["synthetic"],
+        body=row["body"].encode(),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PAYLOAD_FIXTURES))
+def test_payload_fixtures_decode_to_the_same_events_and_bytes(name):
+    row = PAYLOAD_FIXTURES[name]
+    event = _decode_payload_fixture(name)
+    assert (event.id, event.type.name, event.seq) == (row["id"], row["type"], 5)
+    assert event.payload == row["decoded"]["payload"]
+    assert dict(event.metadata) == row["decoded"]["metadata"]
+    built = SessionEvent.for_payload(
+        "s",
+        EventType.of(row["type"]),
+        row["decoded"]["payload"],
+        event_id=row["id"],
+        metadata=row["decoded"]["metadata"],
+        timestamp=from_micros(1_700_000_000_000_000),
+    )
+    assert event == msgspec.structs.replace(built, seq=5)
+    assert encode_body(event).decode() == row["body"]  # the format did not change
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PAYLOAD_FIXTURES if "boundary" in n))
+def test_a_stored_boundary_is_decoded_once_with_its_event(name):
+    want = PAYLOAD_FIXTURES[name]["boundary"]
+    event = _decode_payload_fixture(name)
+    boundary = event.record
+    assert type(boundary) is CompactionBoundary
+    assert boundary == CompactionBoundary(
+        want["id"],
+        tuple(want["pinned_event_ids"]),
+        tuple(want["summary_event_ids"]),
+        tuple(want["preserved_event_ids"]),
+        want["covered_event_count"],
+        want["tokens_estimated_saved"],
+        want["strategy"],
+        want.get("replaced", {}),
+    )
+    assert type(boundary.preserved_event_ids) is tuple
+    assert CompactionBoundary.from_event(event) is boundary  # read, not parsed again
+    assert boundary.to_payload() == event.payload
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PAYLOAD_FIXTURES if "discovered" in n))
+def test_a_stored_discovery_is_decoded_once_with_its_event(name):
+    payload = PAYLOAD_FIXTURES[name]["decoded"]["payload"]
+    event = _decode_payload_fixture(name)
+    assert event.record == ToolsDiscovered(tuple(payload["names"]), payload["query"])
+    assert type(event.record.names) is tuple
+    assert discovered_names([event]) == payload["names"]
+    assert len(event.record.query) == min(len(payload["query"]), MAX_QUERY_CHARS)
+
+
+_GOOD_BOUNDARY = {
+    "pinned_event_ids": ["p1"],
+    "summary_event_ids": [],
+    "preserved_event_ids": ["u1", "x1"],
+    "covered_event_count": 3,
+    "tokens_estimated_saved": 10,
+    "strategy": "t",
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"strategy": None},
+        {"covered_event_count": True},
+        {"covered_event_count": 1.0},
+        {"pinned_event_ids": "p1"},
+        {"pinned_event_ids": [" "]},
+        {"preserved_event_ids": ["u1", "x\u0085"]},
+        {"preserved_event_ids": ["x" * 256]},
+        {"replaced": {"x1": "x1"}},
+        {"replaced": {"nope": "t1"}},
+        {"replaced": {"x1": "t1", "u1": "t1"}},
+        {"replaced": None},
+        {"tokens_estimated_saved": None},
+    ],
+)
+def test_a_damaged_stored_boundary_still_reads_and_from_event_says_why(change):
+    payload = {k: v for k, v in {**_GOOD_BOUNDARY, **change}.items() if v is not None}
+    if "replaced" in change and change["replaced"] is None:
+        payload["replaced"] = None
+    body = json.dumps({"v": 1, "payload": payload}).encode()
+    event = _row(body, type_name="COMPACTION")  # the log stays readable (`turnlog show --log`)
+    assert event.payload == payload and event.record is None
+    with pytest.raises(CorruptData, match=r"compaction boundary event 'e' is damaged: \w"):
+        CompactionBoundary.from_event(event)
+
+
+def test_a_boundary_from_another_writer_keeps_what_it_holds_besides():
+    payload = {**_GOOD_BOUNDARY, "replaced": {}, "note": {"by": "a migration"}}
+    body = json.dumps({"v": 1, "payload": payload}, separators=(",", ":")).encode()
+    event = _row(body, type_name="COMPACTION")
+    assert event.payload == payload  # read back as stored, the unknown key included
+    assert encode_body(event) == body
+    assert event.record == CompactionBoundary("e", ("p1",), (), ("u1", "x1"), 3, 10, "t")
+
+
+def test_an_event_built_from_a_boundary_carries_it_through_a_store(tmp_path):
+    from turnlog import Session, SqliteStore
+
+    boundary = CompactionBoundary("b", (), (), ("u",), 1, 0, "t")
+    event = boundary.to_event("s")
+    assert event.record is boundary and CompactionBoundary.from_event(event) is boundary
+    bare = SessionEvent.for_payload("s", EventType.COMPACTION, boundary.to_payload(), event_id="b")
+    assert bare == event and bare.record is None  # built from a bare payload: read on demand
+    assert CompactionBoundary.from_event(bare) == boundary
+    store = SqliteStore(tmp_path / "h4.db")
+    store.create_session(Session("s", created_at=from_micros(1_700_000_000_000_000)))
+    store.append_events("s", [SessionEvent.for_message("s", Message.user("hi"), event_id="u")], 0)
+    store.append_events("s", [event], 1)
+    stored = store.events("s")[1]
+    assert stored.record == boundary and CompactionBoundary.from_event(stored) is stored.record
+    assert [e.id for e in store.view("s")] == ["u"]
+    store.close()

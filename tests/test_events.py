@@ -3,8 +3,11 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnlog import (
+    CompactionBoundary,
     CorruptData,
     EventType,
     InvalidInput,
@@ -13,12 +16,15 @@ from turnlog import (
     SessionEvent,
     SessionNotFound,
     StoreError,
+    TokenCount,
     ToolCall,
     ToolResult,
     TurnlogError,
     VersionConflict,
 )
-from turnlog.events import MAX_ID_LENGTH, check_id, check_json
+from turnlog.events import MAX_ID_LENGTH, check_id, check_json, trusted, trusted_copy
+from turnlog.payloads import TOOLS_DISCOVERED, ToolsDiscovered
+from turnlog.toolsearch.discovery import MAX_QUERY_CHARS, discovered_names, discovery_event
 
 AUDIT = EventType.of("ACME.AUDIT")
 
@@ -318,3 +324,147 @@ def test_stores_assign_seq_and_timestamp(service, sid):
     assert audit.payload == {"k": [1, 2]}
     assert audit not in service.view(sid)
     assert [e.id for e in service.events(sid)][1:] == [audit.id, reply.id]
+
+
+# -- checked constructors, the codec's trusted path ------------------------------------------------
+
+
+def test_records_are_checked_when_built_and_not_on_the_trusted_path():
+    with pytest.raises(InvalidInput, match="event id"):
+        SessionEvent("", "s1", EventType.MESSAGE, Message.user("x"))
+    with pytest.raises(InvalidInput, match="token count"):
+        TokenCount("c", -1)
+    # the codec's path builds from values it has checked: no check runs (here: none would pass)
+    unchecked = trusted(SessionEvent, "", "s1", EventType.MESSAGE, Message.user("x"))
+    assert type(unchecked) is SessionEvent and unchecked.id == ""
+    assert trusted(TokenCount, "c", -1).count == -1
+    event = SessionEvent.for_message("s1", Message.user("x"), event_id="e1")
+    assert trusted_copy(event, id="").id == ""  # a store's copy: the caller vouches for it
+    with pytest.raises(InvalidInput):  # and every build by the application is checked still
+        SessionEvent.for_message("s1", Message.user("x"), event_id="")
+
+
+def test_an_event_checks_the_record_it_is_given():
+    boundary = CompactionBoundary("b", (), (), ("u",), 1, 0, "t")
+    other = CompactionBoundary("b", (), (), ("v",), 1, 0, "t")
+    with pytest.raises(InvalidInput, match="is not its payload"):
+        SessionEvent("b", "s1", EventType.COMPACTION, payload=boundary.to_payload(), record=other)
+    with pytest.raises(InvalidInput, match="is not its payload"):
+        SessionEvent("b", "s1", EventType.COMPACTION, payload={"a": 1}, record={"a": 1})
+    with pytest.raises(InvalidInput, match="no payload record"):
+        SessionEvent("e", "s1", EventType.MESSAGE, Message.user("x"), record=boundary)
+    made = SessionEvent(
+        "b", "s1", EventType.COMPACTION, payload=boundary.to_payload(), record=boundary
+    )
+    assert made == boundary.to_event("s1") and made.record is boundary
+
+
+# -- the payload records ---------------------------------------------------------------------------
+
+
+def test_a_boundary_copies_what_it_is_given_into_tuples_and_a_dict():
+    replaced = {"x": "t"}
+    boundary = CompactionBoundary("b", ["p"], [], ["u", "x"], 2, 5, "t", replaced)
+    replaced["y"] = "z"
+    assert boundary.pinned_event_ids == ("p",) and boundary.preserved_event_ids == ("u", "x")
+    assert boundary.replaced == {"x": "t"}
+    assert boundary.view_event_ids == ("p", "u", "x")
+    assert boundary.appended_event_ids == frozenset({"x"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"id": ""}, "boundary's id"),
+        ({"pinned_event_ids": "p"}, "sequence of ids"),
+        ({"pinned_event_ids": ("p", " ")}, "pinned_event_ids"),
+        ({"preserved_event_ids": ("a\nb",)}, "control character"),
+        ({"summary_event_ids": ("x" * (MAX_ID_LENGTH + 1),)}, "the limit"),
+        ({"summary_event_ids": (7,)}, "string"),
+        ({"covered_event_count": True}, "covered_event_count"),
+        ({"tokens_estimated_saved": 1.5}, "tokens_estimated_saved"),
+        ({"strategy": None}, "strategy"),
+        ({"replaced": [("x", "t")]}, "replaced must map"),
+        ({"replaced": {"x": ""}}, "replaced id"),
+        ({"replaced": {"nope": "t"}}, "not named by the view"),
+        ({"replaced": {"x": "u"}}, "both replaced and in the view"),
+        ({"replaced": {"x": "x"}}, "both replaced and in the view"),
+        ({"replaced": {"x": "t", "u": "t"}}, "replaced twice"),
+    ],
+)
+def test_boundary_validation(fields, says):
+    good = {
+        "id": "b",
+        "pinned_event_ids": ("p",),
+        "summary_event_ids": (),
+        "preserved_event_ids": ("u", "x"),
+        "covered_event_count": 2,
+        "tokens_estimated_saved": 5,
+        "strategy": "t",
+    }
+    CompactionBoundary(**good)
+    with pytest.raises(InvalidInput, match=says):
+        CompactionBoundary(**{**good, **fields})
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda: ToolsDiscovered("get_weather"), "sequence of names"),
+        (lambda: ToolsDiscovered(("get_weather", "")), "must not be empty"),
+        (lambda: ToolsDiscovered((3,)), "string"),
+        (lambda: ToolsDiscovered(("f",), None), "query"),
+    ],
+)
+def test_discovery_validation(build, says):
+    with pytest.raises(InvalidInput, match=says):
+        build()
+
+
+def test_a_discovery_event_carries_its_record():
+    event = discovery_event("s1", ["get_weather", "send_email"], "weather " * 300)
+    assert event.type == TOOLS_DISCOVERED and event.record == ToolsDiscovered(
+        ("get_weather", "send_email"), ("weather " * 300)[:MAX_QUERY_CHARS]
+    )
+    assert event.payload == event.record.to_payload()
+    odd = SessionEvent.for_payload("s1", TOOLS_DISCOVERED, {"names": ["a", 3, "", "b", "a"]})
+    assert odd.record is None  # written by something else: what it holds that is a name counts
+    assert discovered_names([event, odd]) == ["get_weather", "send_email", "a", "b"]
+
+
+_ID_TEXT = st.one_of(
+    st.text(max_size=8),
+    st.text(st.characters(codec="utf-8"), min_size=250, max_size=260),
+    st.sampled_from(["\u0085", "\u00a0", "\u2028x", "x\u3000", " a ", "\x9f", "é", "a\n"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ID_TEXT, max_size=4), _ID_TEXT)
+def test_a_stored_boundary_is_refused_exactly_when_its_ids_are(ids, stand_in):
+    # The codec checks a stored boundary's ids in C (a pattern and a length); the oracle is
+    # `check_id`, the Python check the application's ids go through.
+    def ok(value):
+        try:
+            check_id(value, "id")
+        except InvalidInput:
+            return False
+        return True
+
+    payload = {
+        "pinned_event_ids": ids,
+        "summary_event_ids": [],
+        "preserved_event_ids": [stand_in],
+        "covered_event_count": 1,
+        "tokens_estimated_saved": 0,
+        "strategy": "t",
+        "replaced": {stand_in: "orig"},
+    }
+    # a stand-in is named by the view (it is); what it stands in for is not
+    fine = all(ok(i) for i in ids) and ok(stand_in) and "orig" not in (*ids, stand_in)
+    if fine:
+        boundary = CompactionBoundary.from_payload("b", payload)
+        assert boundary.pinned_event_ids == tuple(ids)
+    else:
+        with pytest.raises(CorruptData):
+            CompactionBoundary.from_payload("b", payload)

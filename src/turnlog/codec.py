@@ -25,6 +25,15 @@ A message event counted at append also carries `"tokens": [counter, count]` (`Se
 added within format 1 like `is_error`: bodies without it read as before, with no count, and a
 reader that predates it ignores it).
 
+The payload of a COMPACTION event is a `CompactionBoundary`, and that of a
+TURNLOG.TOOLS_DISCOVERED event a `ToolsDiscovered` (`turnlog.payloads`): the type column is the
+tag that says which, and the reader types the payload into its record once, in C, with the
+event (`SessionEvent.record`); a payload that is not such a record still reads, as JSON, with no
+record (`CompactionBoundary.from_event` then says what is wrong with it). The bytes are the
+record's fields as a JSON object, exactly what turnlog wrote before the records were typed, so
+this is still format 1, read and written alike by older and newer versions
+(`tests/fixtures/bodies_v1_payloads.json`).
+
 Format 1 is the only one so far. Bodies written by every released format stay readable: their
 fixtures live in `tests/fixtures/` and are decoded by the test suite forever.
 """
@@ -49,11 +58,12 @@ from turnlog.events import (
     Session,
     SessionEvent,
     TokenCount,
-    _trust,
     shared_token_count,
+    trusted,
 )
 from turnlog.lazy import LazyEvents
 from turnlog.parts import PART_KINDS, Part
+from turnlog.payloads import record_of
 
 __all__ = [
     "FORMAT_VERSION",
@@ -105,7 +115,7 @@ class _Tokens(msgspec.Struct, array_like=True, gc=False):
 class _Body(msgspec.Struct, omit_defaults=True):
     """A stored body, decoded straight into the public `Message` (and its calls and results):
     msgspec builds them in C and checks each field's type, the role included; their own checks
-    are skipped (see `events._Trust`). An unknown format version fails in C too."""
+    are skipped (see `parts._Checked`). An unknown format version fails in C too."""
 
     v: Literal[1]  # FORMAT_VERSION
     message: Message | None = None
@@ -287,16 +297,15 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     msgspec decodes each body straight into the public records (`Message`, `ToolCall`,
     `ToolResult`), checking every field's type in C, and runs no Python for them (their own
     checks run when the application builds one); the event records are built here without
-    repeating their checks either (see `events._Trust`).
+    repeating their checks either (`events.trusted`). The payload of an event type turnlog
+    writes (a COMPACTION boundary, a tool discovery) is read into its typed record here, once,
+    in C (`payloads.record_of`): the event carries it (`SessionEvent.record`).
 
     Raises:
         CorruptData: a row cannot be decoded; names the session and the row's seq.
     """
     out: list[SessionEvent] = []
     append = out.append
-    trust = _trust
-    before = trust.on
-    trust.on = True
     seq: Any = None
     event_id: Any = None
     shared = _events._shared_counts  # one record per (counter, count): see shared_token_count
@@ -313,9 +322,11 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                 decoded = _decode_lenient(body, exc)  # a part of a kind not known here?
             event_type = _TYPES.get(type_name) or _event_type(type_name)
             message = decoded.message
+            record = None
             if message is None:
                 if event_type is _MESSAGE:
                     raise ValueError("a MESSAGE row without a message")
+                record = record_of(event_type, event_id, decoded.payload)
             elif event_type is not _MESSAGE:
                 raise ValueError(f"a {event_type.name} row with a message")
             if type(micros) is not int:
@@ -336,7 +347,8 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                     tokens = shared_token_count(counter, count)
                     by_count = shared.get(counter)
             append(
-                SessionEvent(
+                _event(
+                    _SessionEvent,
                     event_id,
                     session_id,
                     event_type,
@@ -347,6 +359,7 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                     seq,
                     stamp,
                     tokens,
+                    record,
                 )
             )
     except (
@@ -361,8 +374,6 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
             "The row is damaged; other sessions are unaffected. Restore it from a backup, or "
             "inspect it with `turnlog show --log`."
         ) from exc
-    finally:
-        trust.on = before
     return out
 
 
@@ -588,6 +599,8 @@ _convert: Final = msgspec.convert
 _DATETIMES: Final = list[datetime]
 _EMPTY: Final = _events._EMPTY
 _decode_body: Final = _decoder.decode
+_event: Final = trusted  # a SessionEvent of values typed in C, without its checks
+_SessionEvent: Final = SessionEvent
 _MESSAGE: Final = EventType.MESSAGE
 _TYPES: Final = {
     "MESSAGE": EventType.MESSAGE,

@@ -4,17 +4,32 @@ A leaf module: it imports nothing from turnlog but the errors and the content pa
 (`turnlog.parts`, the leaf below it, which also holds the text and JSON checks used here), never
 reads the clock and does no I/O. Timestamps are assigned by the store when an event is appended
 (or passed by the caller).
+
+Each record checks what it is given when it is built, raising `InvalidInput`; the codec, whose
+values msgspec has typed in C, builds them without those checks (`trusted`), and so does a
+store's copy of an event it has checked (`trusted_copy`). The typed payloads of turnlog's own
+event types, `CompactionBoundary` and `ToolsDiscovered`, are beside this module, in
+`turnlog.payloads`.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, Literal, TypeAlias
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Final,
+    Literal,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    runtime_checkable,
+)
 
 import msgspec
 from msgspec.structs import force_setattr
@@ -63,6 +78,33 @@ MIN_TIMESTAMP: Final = datetime(1, 1, 2, tzinfo=UTC)
 """The earliest timestamp a store accepts: every store reads it back in any time zone."""
 MAX_TIMESTAMP: Final = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 """The latest timestamp a store accepts (one day inside what Python's datetime can hold)."""
+
+_R = TypeVar("_R")
+
+
+@runtime_checkable
+class PayloadRecord(Protocol):
+    """The typed record of a payload (`SessionEvent.record`): `CompactionBoundary` and
+    `ToolsDiscovered` (`turnlog.payloads`)."""
+
+    def to_payload(self) -> dict[str, JsonValue]:
+        """The payload, as plain JSON."""
+        ...
+
+
+if TYPE_CHECKING:
+
+    def trusted(cls: type[_R], /, *args: Any, **kwargs: Any) -> _R:
+        """A record of `cls` built from `args` and `kwargs` without its checks."""
+
+else:
+    trusted = msgspec.StructMeta.__call__
+    """A record of a checked class (`_Checked`: the content parts, `ToolCall`, `ToolResult`,
+    `Message`, `TokenCount`, `SessionEvent`, the payload records) built without its checks:
+    the trusted path, for values that are checked already (the codec's, which msgspec typed in
+    C; a store's copy of an event it has checked, `trusted_copy`). It is what the classes' own
+    construction calls before it checks, so it costs less than a checked build, and it is
+    thread-safe: records built meanwhile anywhere else are checked as always."""
 
 
 def new_id() -> str:
@@ -119,23 +161,6 @@ def check_timestamp(value: object, what: str) -> datetime:
             "pass a time inside it"
         )
     return utc
-
-
-class _Trust(threading.local):
-    """Whether `SessionEvent` and `TokenCount` records built on this thread skip their checks.
-
-    Their `__post_init__` checks what a caller passes. A whole-log read builds 10,000 events
-    from values msgspec has already typed in C, and checking each again in Python would cost
-    more than decoding it: the codec (and a store's copy of an event it has checked,
-    `trusted_copy`) sets `on` around the records it builds, and puts it back when done, even
-    on an error. Per thread, so that records built meanwhile on other threads are checked as
-    always. (The records msgspec decodes itself need no flag: see `_Checked`.)
-    """
-
-    on = False
-
-
-_trust: Final = _Trust()
 
 
 def _metadata(value: Mapping[str, JsonValue] | None, what: str) -> Mapping[str, JsonValue]:
@@ -404,7 +429,7 @@ EventType.COMPACTION = EventType("COMPACTION")
 MAX_COUNTER_NAME: Final = 255
 
 
-class TokenCount(msgspec.Struct, frozen=True, gc=False):
+class TokenCount(msgspec.Struct, frozen=True, gc=False, metaclass=_Checked):
     """A message event's token count, as one named counter measured it.
 
     Stored with the event (`SessionEvent.tokens`) so that compaction and triggers read it
@@ -421,9 +446,7 @@ class TokenCount(msgspec.Struct, frozen=True, gc=False):
     count: int
     """The tokens of the event's `event_text`, by that counter."""
 
-    def __post_init__(self) -> None:
-        if _trust.on:
-            return
+    def _check(self) -> None:
         if not isinstance(self.counter, str) or not 0 < len(self.counter) <= MAX_COUNTER_NAME:
             raise InvalidInput(
                 f"a token count's counter must be a name of 1-{MAX_COUNTER_NAME} characters, "
@@ -450,13 +473,7 @@ def shared_token_count(counter: str, count: int) -> TokenCount:
         shared = by_count.get(count)
         if shared is not None:
             return shared
-    trust = _trust
-    before = trust.on
-    trust.on = True
-    try:
-        made = TokenCount(counter, count)
-    finally:
-        trust.on = before
+    made = trusted(TokenCount, counter, count)
     if count < _SHARED_BELOW:
         if by_count is None:
             if len(_shared_counts) >= _SHARED_COUNTERS:
@@ -466,7 +483,7 @@ def shared_token_count(counter: str, count: int) -> TokenCount:
     return made
 
 
-class SessionEvent(msgspec.Struct, frozen=True):
+class SessionEvent(msgspec.Struct, frozen=True, metaclass=_Checked):
     """One entry of a session's log. Build it with `for_message` or `for_payload`."""
 
     id: str
@@ -490,10 +507,14 @@ class SessionEvent(msgspec.Struct, frozen=True):
     tokens: TokenCount | None = None
     """The message's token count, recorded at append by the service's counter (None when not
     counted yet, and for non-message events). Derived data: it takes no part in equality."""
+    record: PayloadRecord | None = None
+    """The payload as its typed record (`turnlog.payloads`), decoded once: a
+    `CompactionBoundary` on a COMPACTION event, a `ToolsDiscovered` on a discovery, as the codec
+    reads them and as `to_event` builds them; None for other types, and for an event built from
+    a bare payload (`CompactionBoundary.from_event` then reads the payload). The same data as
+    `payload`: it takes no part in equality."""
 
-    def __post_init__(self) -> None:
-        if _trust.on:
-            return
+    def _check(self) -> None:
         check_id(self.id, "event id")
         check_id(self.session_id, "session id")
         if not isinstance(self.type, EventType):
@@ -508,6 +529,16 @@ class SessionEvent(msgspec.Struct, frozen=True):
                 raise InvalidInput(f"a {self.type.name} event carries a payload, not a message")
             if check_json(self.payload, f"the payload of event {self.id!r}"):
                 force_setattr(self, "payload", plain_json(self.payload))
+            record = self.record
+            if record is not None and (
+                not isinstance(record, PayloadRecord) or record.to_payload() != self.payload
+            ):
+                raise InvalidInput(
+                    f"the record of event {self.id!r} is not its payload: leave record out, or "
+                    "build the event from the record (CompactionBoundary.to_event)"
+                )
+        if self.record is not None and self.message is not None:
+            raise InvalidInput("a MESSAGE event carries no payload record")
         if self.synthetic and self.type != EventType.MESSAGE:
             raise InvalidInput("only message events can be synthetic")
         if self.tokens is not None:
@@ -624,14 +655,12 @@ class SessionEvent(msgspec.Struct, frozen=True):
 
 
 def trusted_copy(event: SessionEvent, **changes: Any) -> SessionEvent:
-    """A copy of a checked `event` with `changes` (values the caller checked), not checked again."""
-    trust = _trust
-    before = trust.on
-    trust.on = True
-    try:
-        return _replace(event, **changes)
-    finally:
-        trust.on = before
+    """A copy of a checked `event` with `changes` (values the caller checked), not checked again.
+
+    `msgspec.structs.replace` runs no check of a `_Checked` record: this is it, named for what
+    the caller vouches for. A change of `payload` must come with its `record`.
+    """
+    return _replace(event, **changes)
 
 
 _replace: Final = msgspec.structs.replace

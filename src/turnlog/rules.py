@@ -37,6 +37,7 @@ from msgspec.structs import replace
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import EventType, Message, SessionEvent, ToolResult
 from turnlog.parts import ReasoningPart, TextPart
+from turnlog.payloads import CompactionBoundary
 
 __all__ = [
     "EMPTY_TAIL",
@@ -182,8 +183,6 @@ def check_append(tail: Tail, batch: Sequence[SessionEvent]) -> Tail:
 
 def _appended_ids(event: SessionEvent) -> tuple[set[str], set[str]]:
     """The summary ids and the stand-in ids a COMPACTION event names."""
-    from turnlog.compaction.boundary import CompactionBoundary  # compaction imports this module
-
     try:
         boundary = CompactionBoundary.from_event(event)
         return set(boundary.summary_event_ids), set(boundary.replaced)
