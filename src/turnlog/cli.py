@@ -63,7 +63,6 @@ from turnlog.cli_serve import (
     cmd_serve,
 )
 from turnlog.compaction import (
-    CompactionBoundary,
     CompactionRequest,
     CompactionTrigger,
     CompactionWindow,
@@ -76,6 +75,7 @@ from turnlog.compaction import (
 from turnlog.errors import InvalidInput, SessionAlreadyExists, SessionNotFound, TurnlogError
 from turnlog.events import SessionEvent, check_id
 from turnlog.importers import is_session_dump, read_conversations, read_session_dump
+from turnlog.payloads import CompactionBoundary
 from turnlog.rules import check_messages
 from turnlog.service import SessionService
 from turnlog.stores.opening import open_store

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import IO, Final, cast
 
 from turnlog.cli_render import statuses, visible
-from turnlog.compaction import CompactionBoundary, sent_events
+from turnlog.compaction import sent_events
 from turnlog.errors import InvalidInput, SessionAlreadyExists, TurnlogError
 from turnlog.events import EventType, Message, SessionEvent
 from turnlog.jsonl import SessionDump, dump_lines
@@ -40,6 +40,7 @@ from turnlog.parts import (
     TextPart,
     data_url,
 )
+from turnlog.payloads import CompactionBoundary
 from turnlog.reasoning import DEFAULT_REASONING, REASONING_POLICIES, strip_reasoning
 from turnlog.service import SessionService
 from turnlog.text import event_text, part_note

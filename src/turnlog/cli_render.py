@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from turnlog.compaction import CompactionBoundary, CompactionResult, sent_events
+from turnlog.compaction import CompactionResult, sent_events
 from turnlog.events import EventType, SessionEvent
+from turnlog.payloads import CompactionBoundary
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
 from turnlog.text import event_text

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from turnlog.compaction import CompactionBoundary, sent_events
+from turnlog.compaction import sent_events
 from turnlog.compaction.files import FILES_METADATA_KEY
 from turnlog.events import EventType, Session, SessionEvent
 from turnlog.parts import (
@@ -25,6 +25,7 @@ from turnlog.parts import (
     ReasoningPart,
     TextPart,
 )
+from turnlog.payloads import CompactionBoundary
 from turnlog.reasoning import DEFAULT_REASONING, strip_reasoning
 from turnlog.service import SessionService
 from turnlog.stores.base import EventFilter
