@@ -886,3 +886,32 @@ def test_the_view_says_which_reasoning_was_not_sent(tmp_path: Path) -> None:
         log = c.get("/sessions/r").text  # the log page says nothing about what was sent
         assert "not sent" not in log
         assert "sent" not in c.get("/api/sessions/r/log").json()["events"][1]["parts"][0]
+
+
+def test_a_part_stored_as_an_attachment_is_served_from_its_route(tmp_path: Path) -> None:
+    """An image over 16 KiB is stored apart: the page still shows it from the part's route,
+    which answers the attachment's bytes; damaged bytes answer 500, never altered bytes."""
+    import hashlib
+    import sqlite3
+
+    from turnlog import ImagePart
+
+    big = _png() + bytes(40_000)  # a PNG header, then padding: over 16 KiB
+    path = tmp_path / "big.db"
+    with SessionService(SqliteStore(path)) as svc:
+        svc.create("big")
+        svc.append_message("big", Message.user("Look:", ImagePart("image/png", data=big)))
+        (event,) = svc.events("big")
+        assert event.message is not None and event.message.parts[1].ref is not None
+    with TestClient(create_app(f"sqlite:///{path}"), base_url=LOCAL) as c:
+        page = c.get("/sessions/big").text
+        assert re.search(r'<img src="/sessions/big/events/1/parts/1"', page)
+        got = c.get("/sessions/big/events/1/parts/1")
+        assert got.status_code == 200 and got.content == big
+        assert got.headers["content-type"] == "image/png"
+    ref = "sha256:" + hashlib.sha256(big).hexdigest()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE turnlog_attachments SET data = ? WHERE ref = ?", (big[:-1], ref))
+    with TestClient(create_app(f"sqlite:///{path}"), base_url=LOCAL) as c:
+        damaged = c.get("/sessions/big/events/1/parts/1")
+        assert damaged.status_code == 500 and ref in damaged.text

@@ -42,6 +42,7 @@ from turnlog.cli_export import (
     add_export_arguments,
     cmd_export,
     import_dump,
+    read_side_files,
 )
 from turnlog.cli_render import (
     dumps,
@@ -216,7 +217,14 @@ def _read_import_from(args: argparse.Namespace, path: Path) -> None:
     if is_session_dump(path):
         if args.session is not None:
             check_id(args.session, "the session id")
-        args.dump = read_session_dump(path, args.session)
+        args.dump = read_side_files(
+            read_session_dump(path, args.session), args.attachments, str(path)
+        )
+    elif args.attachments is not None:
+        raise InvalidInput(
+            f"{path}: --attachments reads the side files of turnlog JSONL (`turnlog export "
+            "--attachments DIR`); other formats carry their bytes inline"
+        )
     else:
         args.conversations = read_conversations(path)
         _import_ids(args, len(args.conversations[1]))
@@ -514,6 +522,11 @@ def _parser() -> argparse.ArgumentParser:
         "`turnlog export`",
     )
     commands["import"].add_argument("--session", help="the new session's id")
+    commands["import"].add_argument(
+        "--attachments",
+        metavar="DIR",
+        help="turnlog JSONL exported with --attachments DIR: the folder holding its attachments",
+    )
     commands["import"].add_argument(
         "--allow-broken",
         action="store_true",

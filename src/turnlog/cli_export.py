@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import html
 import json
 import os
@@ -20,13 +21,15 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, Final, cast
 
 from turnlog.cli_render import statuses, visible
 from turnlog.compaction import sent_events
 from turnlog.errors import InvalidInput, SessionAlreadyExists, TurnlogError
-from turnlog.events import EventType, Message, SessionEvent
+from turnlog.events import EventType, Message, SessionEvent, trusted_copy
 from turnlog.jsonl import SessionDump, dump_lines
 from turnlog.models.anthropic_format import to_anthropic_messages
 from turnlog.models.openai_format import to_openai_messages
@@ -43,6 +46,7 @@ from turnlog.parts import (
 from turnlog.payloads import CompactionBoundary
 from turnlog.reasoning import DEFAULT_REASONING, REASONING_POLICIES, strip_reasoning
 from turnlog.service import SessionService
+from turnlog.stores.attachments import has_media, inline_bytes, refs_in
 from turnlog.text import event_text, part_note
 from turnlog.tokens import event_tokens
 
@@ -57,6 +61,7 @@ __all__ = [
     "import_dump",
     "output",
     "page",
+    "read_side_files",
 ]
 
 FORMATS: Final = ("openai", "anthropic", "jsonl", "html")
@@ -112,6 +117,13 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens",
         action="store_true",
         help="html: show each message's tokens and the view's (loads the tokenizer)",
+    )
+    parser.add_argument(
+        "--attachments",
+        metavar="DIR",
+        help="jsonl: write the bytes of each attachment once into DIR (a file named by its "
+        "sha256) and keep the references in the JSONL; by default the bytes are embedded. "
+        "`turnlog import FILE --attachments DIR` reads them back",
     )
     parser.add_argument(
         "--reasoning",
@@ -221,7 +233,7 @@ def _duration(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def _counted(items: Sequence[SessionEvent], progress: Progress) -> Iterator[SessionEvent]:
+def _counted(items: Iterable[SessionEvent], progress: Progress) -> Iterator[SessionEvent]:
     for item in items:
         yield item
         progress.advance()
@@ -242,13 +254,23 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
             f"--reasoning applies to --format openai and anthropic; {args.format} holds every "
             "part of the events it writes"
         )
+    folder = getattr(args, "attachments", None)
+    if folder is not None and args.format != "jsonl":
+        raise InvalidInput(
+            f"--attachments applies to --format jsonl; {args.format} embeds the bytes"
+        )
     progress = Progress(f"exporting {scope} events", len(shown))
     with output(args.output, html=args.format == "html") as out, progress:
         if args.format == "jsonl":
-            lines = dump_lines(session, _counted(shown, progress), count=len(shown), scope=scope)
+            if folder is None:
+                events: Iterable[SessionEvent] = _embedded(svc, args.session, shown)
+            else:
+                events = _with_side_files(svc, args.session, shown, Path(folder))
+            lines = dump_lines(session, _counted(events, progress), count=len(shown), scope=scope)
             out.writelines(lines)
         elif args.format == "html":
             counts = _token_counts(log) if args.tokens else None
+            log, view = _both_with_bytes(svc, args.session, log, view)
             text = page(args.session, log, view, log_scope=args.log, tokens=counts)
             out.write(text.encode("utf-8"))
         else:
@@ -257,7 +279,7 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
             else:
                 messages = svc.view_messages(args.session)
             policy = args.reasoning or ("all" if args.log else DEFAULT_REASONING)
-            messages = strip_reasoning(messages, policy)
+            messages = svc.with_bytes(args.session, strip_reasoning(messages, policy))
             out.write(_wire(args.format, messages).encode("utf-8"))
     if args.output is not None:
         print(
@@ -266,6 +288,113 @@ def cmd_export(svc: SessionService, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _embedded(
+    svc: SessionService, session_id: str, events: Iterable[SessionEvent]
+) -> Iterator[SessionEvent]:
+    """`events` with the bytes of their attachments back in their parts, read event by event
+    (an export holds one event's bytes at a time)."""
+    for event in events:
+        message = event.message
+        if message is None or not has_media(message):
+            yield event
+            continue
+        blobs = {r: svc.attachment(session_id, r) for r in sorted(refs_in([event]))}
+        yield trusted_copy(event, message=inline_bytes(message, blobs)) if blobs else event
+
+
+def _with_side_files(
+    svc: SessionService, session_id: str, events: Iterable[SessionEvent], folder: Path
+) -> Iterator[SessionEvent]:
+    """`events` as they are, each attachment they name written once into `folder`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"--attachments {folder}: cannot make it ({exc.strerror})") from None
+    written: set[str] = set()
+    for event in events:
+        for ref in sorted(refs_in([event]) - written):
+            target = folder / attachment_file(ref)
+            if not (target.is_file() and _holds(target, ref)):
+                partial = target.with_name(target.name + ".partial")
+                with partial.open("wb") as out:
+                    for chunk in svc.iter_attachment(session_id, ref):
+                        out.write(chunk)
+                partial.replace(target)
+            written.add(ref)
+        yield event
+
+
+def attachment_file(ref: str) -> str:
+    """The name of the side file of attachment `ref` (`sha256-<hex>`)."""
+    return ref.replace(":", "-", 1)
+
+
+def _holds(path: Path, ref: str) -> bool:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest() == ref
+
+
+def _both_with_bytes(
+    svc: SessionService, session_id: str, log: list[SessionEvent], view: list[SessionEvent]
+) -> tuple[list[SessionEvent], list[SessionEvent]]:
+    """The log and the view with the bytes back in their parts (the HTML page embeds them)."""
+    refs = sorted(refs_in(log) | refs_in(view))
+    if not refs:
+        return log, view
+    blobs = {r: svc.attachment(session_id, r) for r in refs}
+
+    def back(events: list[SessionEvent]) -> list[SessionEvent]:
+        return [
+            trusted_copy(e, message=inline_bytes(e.message, blobs))
+            if e.message is not None and has_media(e.message)
+            else e
+            for e in events
+        ]
+
+    return back(log), back(view)
+
+
+def read_side_files(dump: SessionDump, folder: str | None, source: str) -> SessionDump:
+    """`dump` with the bytes of the attachments its parts name put back, read from `folder`
+    (where `export --attachments` wrote them), each checked against its reference.
+
+    Raises:
+        InvalidInput: the dump names attachments and no folder is given, or a file is missing
+            or holds other bytes.
+    """
+    refs = sorted(refs_in(dump.events))
+    if not refs:
+        return dump
+    if folder is None:
+        raise InvalidInput(
+            f"{source}: its parts name {len(refs)} attachments by reference (it was exported "
+            "with --attachments DIR): give that folder with --attachments DIR"
+        )
+    blobs: dict[str, bytes] = {}
+    for ref in refs:
+        path = Path(folder) / attachment_file(ref)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput(
+                f"{source}: the attachment {ref} is not in {folder} ({exc.strerror}): give the "
+                "folder `turnlog export --attachments` wrote"
+            ) from None
+        if "sha256:" + hashlib.sha256(data).hexdigest() != ref:
+            raise InvalidInput(f"{path}: the file does not hold the bytes of {ref} (damaged?)")
+        blobs[ref] = data
+    events = [
+        trusted_copy(e, message=inline_bytes(e.message, blobs))
+        if e.message is not None and has_media(e.message)
+        else e
+        for e in dump.events
+    ]
+    return replace(dump, events=events)
 
 
 def _token_counts(log: Sequence[SessionEvent]) -> dict[str, int]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
+
 from turnlog.compaction import sent_events
 from turnlog.compaction.files import FILES_METADATA_KEY
 from turnlog.events import EventType, Session, SessionEvent
@@ -85,7 +87,7 @@ def _media_json(part: ImagePart | FilePart | AudioPart, href: str | None) -> dic
         "url": part.url,
         "web_url": web,
         "ref": part.ref,
-        "href": href if part.data is not None else None,
+        "href": href if part.data is not None or part.ref is not None else None,
     }
 
 
@@ -97,7 +99,8 @@ def _part_json(part: Part, href: str | None) -> dict[str, Any]:
         out = _media_json(part, href)
         out.update(
             type="image",
-            inline=part.data is not None and part.media_type.lower() in INLINE_IMAGE_TYPES,
+            inline=(part.data is not None or part.ref is not None)
+            and part.media_type.lower() in INLINE_IMAGE_TYPES,
             width=part.width,
             height=part.height,
             filename=part.filename,
@@ -143,11 +146,13 @@ def parts_json(e: SessionEvent, parts: Sequence[Part], result: int | None = None
 def part_bytes(
     svc: SessionService, session_id: str, seq: int, index: int, result: int | None = None
 ) -> ImagePart | FilePart | AudioPart | None:
-    """The part at `index` of the message at `seq` (or of its tool result `result`) when it
-    holds its bytes inline, else None (no such event, result or part, or no inline bytes).
+    """The part at `index` of the message at `seq` (or of its tool result `result`) with its
+    bytes: inline, or read from the store when they are an attachment (checked against their
+    reference); None when there is no such event, result or part, or no bytes (a URL).
 
     Raises:
         SessionNotFound: no session has this id.
+        CorruptData: the attachment's bytes are damaged.
     """
     found = event_at(svc, session_id, seq)
     if found is None or found.message is None:
@@ -162,9 +167,11 @@ def part_bytes(
     if not 0 <= index < len(parts):
         return None
     part = parts[index]
-    if isinstance(part, (ImagePart, FilePart, AudioPart)) and part.data is not None:
-        return part
-    return None
+    if not isinstance(part, (ImagePart, FilePart, AudioPart)):
+        return None
+    if part.ref is not None:  # stored apart: read (and checked) from the store
+        return msgspec.structs.replace(part, data=svc.attachment(session_id, part.ref), ref=None)
+    return part if part.data is not None else None
 
 
 def part_filename(part: ImagePart | FilePart | AudioPart, fallback: str) -> str:
