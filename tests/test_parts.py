@@ -5,6 +5,7 @@ built here by hand and encodes back to the same bytes.
 """
 
 import base64
+import hashlib
 import json
 import re
 import uuid
@@ -530,10 +531,13 @@ def test_random_parts_round_trip_the_codec_exactly(parts, role):
 # -- on real stores
 
 
+HANDBOOK = b"%PDF-1.4\n" + bytes(20_000)  # over 16 KiB: the store keeps it apart
+
+
 def _every_kind(sid):
     return [
         Message.system(
-            "Answer from the handbook.", FilePart("application/pdf", ref=REF, size=9, name="h.pdf")
+            "Answer from the handbook.", FilePart("application/pdf", data=HANDBOOK, name="h.pdf")
         ),
         Message.user(
             "What is in this picture?",
@@ -563,10 +567,14 @@ def _append_and_read(service):
     messages = _every_kind(sid)
     appended = [service.append_message(sid, m) for m in messages]
     log = service.events(sid)
-    assert [e.message for e in log] == messages
+    handbook = "sha256:" + hashlib.sha256(HANDBOOK).hexdigest()
+    kept = FilePart("application/pdf", ref=handbook, size=len(HANDBOOK), name="h.pdf")
+    stored = [Message.system("Answer from the handbook.", kept), *messages[1:]]
+    assert [e.message for e in log] == stored
     assert log == appended
-    assert [e.message for e in service.view(sid)] == messages
+    assert [e.message for e in service.view(sid)] == stored
     assert [e.message.text for e in log] == [m.text for m in messages]
+    assert service.attachment(sid, handbook) == HANDBOOK
 
 
 def test_every_part_kind_is_stored_and_read_back(service):
@@ -607,10 +615,11 @@ def test_every_part_kind_on_redis(redis_url):
 
 def test_the_docs_example_runs_and_prints_what_the_page_says(capsys):
     page = (ROOT.parent / "docs" / "parts.md").read_text("utf-8")
-    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
-    printed = re.search(r"prints\n\n```text\n(.*?)```", page, re.S).group(1)
-    exec(compile(code, "docs/parts.md", "exec"), {})
-    assert capsys.readouterr().out == printed
+    examples = re.findall(r"```python\n(.*?)```\n\nprints\n\n```text\n(.*?)```", page, re.S)
+    assert len(examples) == 2  # the attachments example, then the parts one
+    for code, printed in examples:
+        exec(compile(code, "docs/parts.md", "exec"), {})
+        assert capsys.readouterr().out == printed
 
 
 def test_the_parts_are_exported():
