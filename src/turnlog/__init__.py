@@ -24,6 +24,7 @@ from turnlog.compaction import (
     WindowCompactionStrategy,
 )
 from turnlog.errors import (
+    AttachmentNotFound,
     CorruptData,
     InvalidInput,
     ModelError,
@@ -63,6 +64,7 @@ from turnlog.stores import (
     open_store,
     open_store_async,
 )
+from turnlog.stores.attachments import AttachmentLimits
 from turnlog.stores.protocol_async import AsyncSessionStore
 from turnlog.text import event_text
 from turnlog.tokens import CharCounter, O200kCounter, TiktokenCounter, TokenCounter
@@ -113,6 +115,8 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "AsyncSessionService",
     "AsyncSessionStore",
+    "AttachmentLimits",
+    "AttachmentNotFound",
     "AudioPart",
     "CharCounter",
     "ChatModel",

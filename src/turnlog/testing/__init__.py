@@ -15,6 +15,10 @@ def __getattr__(name: str) -> object:
         from turnlog.testing.contract import StoreContract
 
         return StoreContract
+    if name == "AttachmentContract":
+        from turnlog.testing.contract_attachments import AttachmentContract
+
+        return AttachmentContract
     if name == "AsyncStoreContract":
         from turnlog.testing.contract_async import AsyncStoreContract
 
