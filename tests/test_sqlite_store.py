@@ -584,3 +584,37 @@ def test_an_event_without_a_timestamp_is_stamped_now(tmp_path):
         after = datetime.now(UTC)
         (stored,) = store.events("s")
         assert stored.timestamp is not None and before <= stored.timestamp <= after
+
+
+def test_a_version_1_file_gains_the_attachment_tables_and_keeps_its_log(tmp_path):
+    """A file written before attachments (schema 1: no attachment tables) is upgraded in place
+    when opened: its sessions and events read back, and images are then stored apart."""
+    import hashlib
+
+    from turnlog import ImagePart
+
+    path = tmp_path / "v1.db"
+    with SessionService(SqliteStore(path)) as svc:
+        svc.create("old")
+        svc.append_message("old", Message.user("hello"))
+        svc.append_message("old", Message.assistant("hi"))
+        before = svc.events("old")
+    conn = sqlite3.connect(path)
+    with conn:  # what version 1 was: the same file without the attachment tables
+        conn.execute("DROP TABLE turnlog_session_attachments")
+        conn.execute("DROP TABLE turnlog_attachments")
+        conn.execute("DELETE FROM turnlog_schema")
+        conn.execute("INSERT INTO turnlog_schema (version) VALUES (1)")
+    conn.close()
+    big = b"\x89PNG\r\n\x1a\n" + bytes(30_000)
+    with SessionService(SqliteStore(path)) as svc:
+        assert svc.events("old") == before
+        svc.append_message("old", Message.user("and this", ImagePart("image/png", data=big)))
+        ref = "sha256:" + hashlib.sha256(big).hexdigest()
+        assert svc.events("old")[2].message.parts[1].ref == ref
+        assert svc.attachment("old", ref) == big
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT max(version) FROM turnlog_schema").fetchone() == (SCHEMA_VERSION,)
+    conn.close()
+    with SqliteStore(path) as again:  # opening an upgraded file changes nothing
+        assert again.version("old") == 3
