@@ -391,10 +391,13 @@ def test_the_cap_holds_with_the_default_o200k_counter():
 
 
 def test_the_attachments_of_covered_turns_are_listed_and_reasoning_is_not(service):
+    import hashlib
+
     from turnlog import ImagePart, ReasoningPart, TextPart
 
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 5_000  # the bytes need not decode to be named
-    ref = "sha256:" + "ab" * 32
+    jpeg = b"\xff\xd8" + b"\1" * 48_211  # large: the store keeps it apart, the part by its ref
+    ref = "sha256:" + hashlib.sha256(jpeg).hexdigest()
     sid = service.create().id
     shot = ToolResult(
         "c1", "screenshot", "", parts=(TextPart("the page"), ImagePart("image/png", data=png))
@@ -404,7 +407,7 @@ def test_the_attachments_of_covered_turns_are_listed_and_reasoning_is_not(servic
         sid,
         Message.user(
             "What is in this picture?",
-            ImagePart("image/jpeg", ref=ref, size=48_213, filename="cat.jpg"),
+            ImagePart("image/jpeg", data=jpeg, filename="cat.jpg"),
         ),
         Message.assistant(
             parts=[ReasoningPart("anthropic", "secret thoughts", signature="sig")],
@@ -420,7 +423,7 @@ def test_the_attachments_of_covered_turns_are_listed_and_reasoning_is_not(servic
     summary = result.summary[1].text
     attachments = summary.split("Attachments:\n")[1].split("\n")[:2]
     assert attachments == [
-        "- T1: [image: image/jpeg, cat.jpg, 48,213 bytes, sha256:abababababab]",
+        f"- T1: [image: image/jpeg, cat.jpg, 48,213 bytes, {ref[:19]}]",
         "- T1: [image: image/png, 5,008 bytes]",
     ]
     assert "secret thoughts" not in summary and "reasoning" not in summary
@@ -429,6 +432,4 @@ def test_the_attachments_of_covered_turns_are_listed_and_reasoning_is_not(servic
     # the next pass carries them forward from the record
     add(service, sid, *turns(3))
     again = compact(service, sid, ExtractiveSummarizer())
-    assert (
-        "[image: image/jpeg, cat.jpg, 48,213 bytes, sha256:abababababab]" in again.summary[1].text
-    )
+    assert f"[image: image/jpeg, cat.jpg, 48,213 bytes, {ref[:19]}]" in again.summary[1].text

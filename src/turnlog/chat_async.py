@@ -41,6 +41,7 @@ from turnlog.models.base import (
 from turnlog.reasoning import (
     DEFAULT_REASONING,
     ReasoningPolicy,
+    check_counted_reasoning,
     check_reasoning_policy,
     strip_reasoning,
 )
@@ -103,13 +104,16 @@ class AsyncSessionChat:
             "current_turn", the default, those of the turn in progress (what providers need:
             the thinking of the current tool loop); "all" every one; "none" none, for providers
             without reasoning round trips only (Anthropic with thinking enabled refuses a tool
-            loop sent without its thinking). See `turnlog.reasoning`.
+            loop sent without its thinking). See `turnlog.reasoning`. The strategy's and the
+            trigger's token counts must include at least what is sent: the built-in ones take
+            the same `reasoning=`, with the same default.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
             other flavour: the blocking and the asyncio runner each take their own), `trigger`
             without `strategy` or the reverse, two tools of one name, a `reasoning` other than
-            "all", "current_turn" and "none".
+            "all", "current_turn" and "none", a strategy or trigger whose `reasoning` counts
+            less reasoning than this one sends.
     """
 
     def __init__(
@@ -173,6 +177,7 @@ class AsyncSessionChat:
             to_timedelta(ttl, "ttl")
         check_timeout(tool_timeout, "tool_timeout")
         self.reasoning: ReasoningPolicy = check_reasoning_policy(reasoning)
+        check_counted_reasoning(self.reasoning, strategy, trigger)
         if max_tool_result_tokens is not None and (
             isinstance(max_tool_result_tokens, bool)
             or not isinstance(max_tool_result_tokens, int)

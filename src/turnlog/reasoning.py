@@ -23,16 +23,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Literal, TypeAlias, get_args
 
+import msgspec
+
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.parts import ReasoningPart, TextPart
+from turnlog.parts import ReasoningPart, TextPart, only_text, part_text
 
 __all__ = [
     "DEFAULT_REASONING",
     "REASONING_POLICIES",
     "ReasoningPolicy",
+    "check_counted_reasoning",
     "check_reasoning_policy",
+    "reasoning_end",
     "strip_reasoning",
+    "without_reasoning",
 ]
 
 ReasoningPolicy: TypeAlias = Literal["all", "current_turn", "none"]
@@ -64,6 +69,35 @@ def check_reasoning_policy(policy: object, what: str = "reasoning") -> Reasoning
     return policy  # type: ignore[return-value]  # one of REASONING_POLICIES
 
 
+_SENT_RANK: dict[str, int] = {"none": 0, "current_turn": 1, "all": 2}
+"""Policies by how much reasoning they send: each sends all that the ones before it send."""
+
+
+def check_counted_reasoning(sent: ReasoningPolicy, *measures: object) -> None:
+    """Refuse a strategy or trigger that counts less reasoning than the turn runner sends.
+
+    A measure's `reasoning` attribute (`WindowCompactionStrategy`, `ToolOutputCompactionStrategy`,
+    `TokenCountTrigger`; the triggers of a `CompositeCompactionTrigger` are looked into) says
+    which reasoning its counts include. Counting less than is sent would let a token budget or
+    a trigger undercount the prompt; counting more only overestimates it, and is allowed. A
+    measure without the attribute (one of your own) is not checked.
+
+    Raises:
+        InvalidInput: a measure counts less reasoning than `sent`.
+    """
+    for measure in measures:
+        inner = getattr(measure, "triggers", None)
+        if isinstance(inner, tuple):
+            check_counted_reasoning(sent, *inner)
+        counted = getattr(measure, "reasoning", None)
+        if _SENT_RANK.get(counted if isinstance(counted, str) else "", 2) < _SENT_RANK[sent]:
+            raise InvalidInput(
+                f"{measure!r} counts reasoning={counted!r} but the runner sends "
+                f"reasoning={sent!r}: its token counts would leave out reasoning that is "
+                f"sent; build it with reasoning={sent!r} too"
+            )
+
+
 def strip_reasoning(messages: Sequence[Message], policy: ReasoningPolicy) -> list[Message]:
     """`messages` with the reasoning parts `policy` leaves out removed.
 
@@ -85,24 +119,53 @@ def strip_reasoning(messages: Sequence[Message], policy: ReasoningPolicy) -> lis
     Raises:
         InvalidInput: `policy` is not a reasoning policy.
     """
-    policy = check_reasoning_policy(policy)
-    if policy == "all":
-        return list(messages)
-    end = len(messages)
-    if policy == "current_turn":
-        end = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), 0)
     out = list(messages)
-    for at in range(end):
-        out[at] = _without_reasoning(out[at])
+    for at in range(reasoning_end([m.role for m in messages], policy)):
+        out[at] = without_reasoning(out[at])
     return out
 
 
-def _without_reasoning(message: Message) -> Message:
-    """`message` rebuilt without its reasoning parts; itself when it has none, or when nothing
-    but blank text would be left and it calls no tool."""
+def reasoning_end(roles: Sequence[str | None], policy: ReasoningPolicy) -> int:
+    """Where `policy` stops leaving reasoning out, in a sequence of messages with these roles.
+
+    The reasoning of the messages before the returned position is not sent; that of the others
+    is. The same rule as `strip_reasoning`, on roles alone (so a compaction pass can apply it
+    to a view's outline without decoding its events).
+
+    Args:
+        roles: the messages' roles, oldest first (None for an event that is no message).
+        policy: the reasoning policy.
+
+    Returns:
+        0 for "all"; `len(roles)` for "none"; for "current_turn", the position of the last
+        user message (0 when there is none: the whole sequence is the turn in progress).
+
+    Raises:
+        InvalidInput: `policy` is not a reasoning policy.
+    """
+    policy = check_reasoning_policy(policy)
+    if policy == "all":
+        return 0
+    if policy == "none":
+        return len(roles)
+    return next((i for i in range(len(roles) - 1, -1, -1) if roles[i] == "user"), 0)
+
+
+def without_reasoning(message: Message) -> Message:
+    """`message` rebuilt without its reasoning parts, as `strip_reasoning` sends it.
+
+    Returns:
+        A new message, its text derived from the parts that remain and its role, tool calls
+        and metadata kept; `message` itself when it holds no reasoning, or when nothing but
+        blank text would be left and it calls no tool (see `strip_reasoning`).
+    """
     if message.role != "assistant" or not any(type(p) is ReasoningPart for p in message.parts):
         return message
     kept = tuple(p for p in message.parts if type(p) is not ReasoningPart)
     if not message.tool_calls and all(type(p) is TextPart and not p.text.strip() for p in kept):
         return message
-    return Message(message.role, None, message.tool_calls, metadata=message.metadata, parts=kept)
+    # The rest of `message` was checked when it was built, and taking parts away breaks none of
+    # its rules: derive the text and the parts as `Message` does (a message of text alone has no
+    # parts), without checking it all again (a compaction pass rebuilds thousands of these).
+    parts = () if only_text(kept) else kept
+    return msgspec.structs.replace(message, text=part_text(kept), parts=parts)

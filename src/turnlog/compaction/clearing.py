@@ -18,13 +18,16 @@ from typing import Final
 
 from msgspec.structs import replace
 
+from turnlog.compaction._attachments import attachment_note
+from turnlog.compaction._sent import SentTokens
 from turnlog.compaction.base import CompactionRequest, CompactionResult, not_smaller
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.compaction.triggers import sent_events
 from turnlog.compaction.window import WindowCompactionStrategy
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, ToolCall, ToolResult, new_id
-from turnlog.tokens import EventTokens, TokenCounter, event_tokens
+from turnlog.reasoning import DEFAULT_REASONING, ReasoningPolicy
+from turnlog.tokens import EventTokens, TokenCounter, event_tokens, part_tokens
 
 __all__ = ["STAND_IN_KEY", "ToolOutputCompactionStrategy", "stand_ins"]
 
@@ -38,6 +41,10 @@ DEFAULT_PLACEHOLDER: Final = (
 """The note a cleared output becomes. Fields: tool, chars, tokens, event_id, call_id."""
 
 _CLEARED_ARGUMENTS: Final = "turnlog_cleared"
+
+ATTACHMENTS_NOTE: Final = "Attachments cleared with it (the session log keeps them): "
+"""Starts the line of a stand-in that names the attachments its result held, one note each
+(`[image: image/png, 1024x768, 150,000 bytes, sha256:…]`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +67,12 @@ class ToolOutputCompactionStrategy:
     2. Each tool message with candidates gets a stand-in: the same results (same call ids and
        tool names, `is_error` kept), the candidates' content replaced by `placeholder`, or by
        their first `preview_head` and last `preview_tail` characters around it. A result whose
-       stand-in would not be shorter stays. With `clear_arguments`, the assistant message that
-       made a cleared call gets a stand-in too, whose arguments over `min_tokens` become a
-       small JSON object saying they were cleared.
+       stand-in would not be shorter stays. A result that holds attachments (images, files,
+       audio, a provider's blocks) is measured with them, and its stand-in is text alone: the
+       note, then a line naming each attachment (kind, media type, size, name, the start of its
+       reference or its URL; never its bytes). With `clear_arguments`, the assistant message
+       that made a cleared call gets a stand-in too, whose arguments over `min_tokens` become
+       a small JSON object saying they were cleared.
     3. When the stand-ins save fewer than `clear_at_least` tokens, nothing is cleared: passes
        stay rare, and between them the prompt's prefix (what a provider caches) stays the same.
     4. With `then`, a `WindowCompactionStrategy`, the cleared view (or the view as it was, when
@@ -71,7 +81,9 @@ class ToolOutputCompactionStrategy:
        Stand-ins of cut turns are not written.
 
     Pure: no I/O, no clock. The service records the result as one version-checked append: the
-    boundary, the summary events, then the stand-ins.
+    boundary, the summary events, then the stand-ins. Tokens (`then_at`, `clear_at_least`, the
+    saved estimate) are those of what is sent: an assistant message whose reasoning `reasoning`
+    leaves out counts without it.
 
     Args:
         keep_last: the newest tool results kept as they are.
@@ -88,11 +100,14 @@ class ToolOutputCompactionStrategy:
         then: a window strategy run after the clearing, in the same pass.
         then_at: the tokens (of what is sent) from which `then` runs; None: always.
         token_counter: counts tokens; the default counter when None.
+        reasoning: which reasoning parts are counted as sent: "current_turn" (the default, the
+            turn runner's too), "all" or "none"; `then` must have the same.
 
     Raises:
         InvalidInput: a count is not a non-negative integer, `then_at` not a positive one,
-            `exclude_tools` not a collection of names, `then` not a `WindowCompactionStrategy`,
-            or `placeholder` has a field not in the list above.
+            `exclude_tools` not a collection of names, `then` not a `WindowCompactionStrategy`
+            or one with another `reasoning`, `reasoning` not a reasoning policy, or
+            `placeholder` has a field not in the list above.
     """
 
     def __init__(
@@ -110,6 +125,7 @@ class ToolOutputCompactionStrategy:
         then: WindowCompactionStrategy | None = None,
         then_at: int | None = None,
         token_counter: TokenCounter | None = None,
+        reasoning: ReasoningPolicy = DEFAULT_REASONING,
     ) -> None:
         self.keep_last = _count(keep_last, "keep_last")
         self.keep_turns = _count(keep_turns, "keep_turns")
@@ -144,6 +160,18 @@ class ToolOutputCompactionStrategy:
                 raise InvalidInput("then_at must be a positive number of tokens, or None")
         self.then_at = then_at
         self._tokens: EventTokens = event_tokens(token_counter)
+        self._sent = SentTokens(self._tokens, reasoning)
+        if then is not None and then.reasoning != self._sent.policy:
+            raise InvalidInput(
+                f"then counts reasoning={then.reasoning!r} and this strategy "
+                f"reasoning={self._sent.policy!r}: pass the same reasoning to both (the turn "
+                "runner's)"
+            )
+
+    @property
+    def reasoning(self) -> ReasoningPolicy:
+        """Which reasoning parts the token counts include: "current_turn", "all" or "none"."""
+        return self._sent.policy
 
     @property
     def name(self) -> str:
@@ -188,7 +216,7 @@ class ToolOutputCompactionStrategy:
     def _cut_needed(self, view: Sequence[SessionEvent]) -> bool:
         if self.then is None:
             return False
-        return self.then_at is None or self._tokens.total(sent_events(view)) >= self.then_at
+        return self.then_at is None or self._sent.total(sent_events(view)) >= self.then_at
 
     def _finish(
         self,
@@ -212,8 +240,8 @@ class ToolOutputCompactionStrategy:
         written = [c for c in cleared if c.stand_in.id in kept]
         covered = tuple(e for e in view if e.id not in kept)
         before, after = (
-            self._tokens.total(sent_events(view)),
-            self._tokens.total(sent_events(final)),
+            self._sent.total(sent_events(view)),
+            self._sent.total(sent_events(final)),
         )
         saved = before - after
         if saved <= 0:
@@ -289,8 +317,18 @@ class ToolOutputCompactionStrategy:
         return protected
 
     def _stand_in_result(self, event: SessionEvent, result: ToolResult) -> ToolResult | None:
-        """The cleared `result`, or None when it is too small to be worth clearing."""
-        count = self._tokens.counter.count(result.content)
+        """The cleared `result`, or None when it is too small to be worth clearing.
+
+        A result with parts is measured with them (their notes and `part_tokens`), and its
+        stand-in is text alone, naming each attachment: no part, no bytes."""
+        counter = self._tokens.counter
+        count = counter.count(result.content)
+        notes = []
+        for part in result.parts:
+            count += part_tokens(part, counter, self._tokens.media_provider)
+            note = attachment_note(part)
+            if note is not None:
+                notes.append(note)
         if count < max(self.min_tokens, 1):
             return None
         note = self.placeholder.format(
@@ -306,10 +344,12 @@ class ToolOutputCompactionStrategy:
         parts.append(note)
         if self.preview_tail:
             parts.append(result.content[-self.preview_tail :])
+        if notes:
+            parts.append(ATTACHMENTS_NOTE + ", ".join(notes))
         text = "\n".join(parts)
-        if self._tokens.counter.count(text) >= count:
+        if counter.count(text) >= count:
             return None
-        return replace(result, content=text)
+        return ToolResult(result.call_id, result.name, text, result.is_error)
 
     def _clear_arguments(
         self, session_id: str, view: Sequence[SessionEvent], calls: set[str]

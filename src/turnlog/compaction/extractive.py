@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from turnlog.compaction._attachments import attachment_notes
 from turnlog.compaction._budget import check_cap, counter_of, turn_tokens
 from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import SummaryRequest
@@ -21,8 +22,6 @@ from turnlog.compaction.files import (
 from turnlog.compaction.summary import DEFAULT_SHADOW_PROMPT, FilesFunction
 from turnlog.errors import InvalidInput
 from turnlog.events import JsonValue, Message, SessionEvent, ToolCall, ToolResult
-from turnlog.parts import ReasoningPart, TextPart
-from turnlog.text import part_note
 from turnlog.tokens import TokenCounter
 
 __all__ = ["EXTRACT_METADATA_KEY", "ExtractiveSummarizer", "looks_like_error"]
@@ -86,8 +85,12 @@ class ExtractiveSummarizer:
     The summary holds fixed sections, one line per entry, each tagged with its turn (`T3: ...`,
     numbered on from the prior summary): the user's requests; the tool calls with their key
     arguments and outcome (ok, error or no result) and the first line of the result; the errors
-    tool results reported; the last assistant text of each turn (its conclusion); and the files
-    read and modified (see `FileOperations`). Stored system messages are left out.
+    tool results reported; the attachments of its messages and tool results (images, files,
+    audio, a provider's blocks), each named by its note (kind, media type, size, name, the start
+    of its sha256 reference or its URL; never its bytes); the last assistant text of each turn
+    (its conclusion); and the files read and modified (see `FileOperations`). Stored system
+    messages are left out, and so is reasoning: neither its text nor its provider's signature or
+    encrypted content is summarized.
 
     It builds on the prior summary: an extractive one's entries (kept in its metadata under
     `"turnlog.extract"`) and files (under `"turnlog.files"`) are merged with the new ones; any
@@ -210,9 +213,8 @@ class ExtractiveSummarizer:
                 if failed:
                     line = self._line(f"{result.name}: {result.content}")
                     entries.append(_Entry(turns, "errors", line))
-            for part in (*m.parts, *(p for r in m.tool_results for p in r.parts)):
-                if type(part) not in (TextPart, ReasoningPart):  # images, files, audio, blocks
-                    entries.append(_Entry(turns, "attachments", self._line(part_note(part))))
+            for _, note in attachment_notes(m):  # images, files, audio, blocks; no reasoning
+                entries.append(_Entry(turns, "attachments", self._line(note)))
             if m.role == "assistant" and (m.text or "").strip():
                 conclusion = _Entry(turns, "conclusions", self._line(m.text or ""))
         if conclusion is not None:

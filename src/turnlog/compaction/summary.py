@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol, cast
 
+from msgspec.structs import replace
+
+from turnlog.compaction._attachments import attachment_notes
 from turnlog.compaction._budget import check_cap, counter_of, cut_to_fit, room_error, turn_tokens
 from turnlog.compaction._checks import check_function, describe
 from turnlog.compaction.base import SummaryRequest
@@ -18,6 +21,8 @@ from turnlog.compaction.files import (
 )
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent
+from turnlog.parts import ReasoningPart
+from turnlog.reasoning import without_reasoning
 from turnlog.text import event_text
 
 __all__ = [
@@ -98,6 +103,14 @@ class ChatModelSummarizer:
     so the summary leads into what the model still sees. Stored system messages are never put in
     the prompt. The summary turn is a user shadow prompt followed by the assistant summary, so the
     view keeps alternating user and assistant.
+
+    The attachments of the covered events (images, files, audio, a provider's blocks) are named
+    in an "attachments" section, one line each: kind, media type, size, name, the start of its
+    sha256 reference or its URL (the same notes `ExtractiveSummarizer` lists), so the summary
+    can say they existed; their bytes are never in the prompt. Reasoning is left out: each event
+    is given to `event_formatter` without its reasoning parts (an event of nothing but reasoning
+    is not rendered), so neither a model's reasoning text nor its provider's signature or
+    encrypted content reaches the summarizing model, which may be another provider's.
 
     The files that the covered tool calls read and modified (found by `file_operations`),
     merged with those recorded on the prior summary, are given to the model in a "files read /
@@ -199,10 +212,20 @@ class ChatModelSummarizer:
                 + "\n".join(e.message.text or "" for e in prior if e.message is not None)
                 + "\n</summary>"
             )
-        covered = [fmt(e) for e in request.covered if e.role != "system"]
+        covered = _shown(e for e in request.covered if e.role != "system")
         lead = "The conversation to add to it" if prior else "The conversation to summarize"
-        parts.append(lead + ":\n<conversation>\n" + "\n".join(covered) + "\n</conversation>")
-        overlap = [e for e in request.preserved if e.role != "system"][: self.overlap_size]
+        parts.append(
+            lead + ":\n<conversation>\n" + "\n".join(fmt(e) for e in covered) + "\n</conversation>"
+        )
+        attachments = _attachment_lines(covered)
+        if attachments:
+            parts.append(
+                "The attachments of that conversation (their contents are not shown; name the "
+                "ones that matter in the summary):\n<attachments>\n"
+                + "\n".join(attachments)
+                + "\n</attachments>"
+            )
+        overlap = _shown(e for e in request.preserved if e.role != "system")[: self.overlap_size]
         if overlap:
             parts.append(
                 "For continuity only, the conversation goes on like this (do not summarize it):\n"
@@ -315,3 +338,31 @@ class ChatModelSummarizer:
                 text = fitted
         summary = Message("assistant", text, metadata=files_metadata(self.files(request)))
         return [Message.user(self.shadow_prompt), summary]
+
+
+def _shown(events: Iterable[SessionEvent]) -> list[SessionEvent]:
+    """`events` as a summarizer prompt shows them: without their reasoning parts; an event of
+    nothing but reasoning is left out."""
+    out = []
+    for event in events:
+        m = event.message
+        if m is None or not any(type(p) is ReasoningPart for p in m.parts):
+            out.append(event)
+            continue
+        kept = without_reasoning(m)
+        if kept is not m:
+            out.append(replace(event, message=kept, tokens=None))
+    return out
+
+
+def _attachment_lines(events: Sequence[SessionEvent]) -> list[str]:
+    """One line per attachment of `events`: who gave it, and its note."""
+    lines = []
+    for event in events:
+        m = event.message
+        if m is None:
+            continue
+        for tool, note in attachment_notes(m):
+            whose = f"returned by {tool}" if tool is not None else f"from the {m.role}"
+            lines.append(f"- {note} ({whose})")
+    return lines

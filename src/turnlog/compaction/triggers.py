@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from turnlog.compaction._sent import SentTokens
 from turnlog.compaction.base import CompactionRequest, CompactionTrigger
 from turnlog.compaction.reported import latest_report
 from turnlog.errors import InvalidInput
 from turnlog.events import SessionEvent
 from turnlog.lazy import LazyEvents
+from turnlog.reasoning import DEFAULT_REASONING, ReasoningPolicy
 from turnlog.tokens import TokenCounter, event_tokens
 
 __all__ = ["CompositeCompactionTrigger", "TokenCountTrigger", "TurnCountTrigger", "sent_events"]
@@ -75,8 +77,13 @@ class TokenCountTrigger:
     265-token prompt), and a trigger that believed it would never fire. Otherwise, and with
     `reported=False`, every event is estimated, in the same units as a token budget.
 
+    An estimate counts what is sent: with `reasoning="current_turn"` (the default, the turn
+    runner's too) the reasoning parts of finished turns are not counted, with "all" every one
+    is, with "none" none is (see `turnlog.reasoning`); give it the runner's and the window's.
+
     Raises:
-        InvalidInput: `threshold` is not a positive integer.
+        InvalidInput: `threshold` is not a positive integer, `reasoning` not "current_turn",
+            "all" or "none".
     """
 
     def __init__(
@@ -85,28 +92,38 @@ class TokenCountTrigger:
         token_counter: TokenCounter | None = None,
         *,
         reported: bool = True,
+        reasoning: ReasoningPolicy = DEFAULT_REASONING,
     ) -> None:
         self.threshold = _positive(threshold, "a token-count trigger's threshold")
         if not isinstance(reported, bool):
             raise InvalidInput(f"reported must be True or False, got {reported!r}")
         self.reported = reported
         self._tokens = event_tokens(token_counter)
+        self._sent = SentTokens(self._tokens, reasoning)
+
+    @property
+    def reasoning(self) -> ReasoningPolicy:
+        """Which reasoning parts the estimate counts: "current_turn", "all" or "none"."""
+        return self._sent.policy
 
     def tokens(self, request: CompactionRequest) -> int:
         """The tokens of what `request`'s view sends: the larger of reported (plus the estimate
         of what came after the report) and estimated, or estimated."""
         sent = _sent_outlined(request.view)
         report = latest_report(sent) if self.reported else None
-        estimate = self._tokens.total(sent)
+        counts = self._sent.counts(sent)
+        estimate = sum(counts)
         if report is None:
             return estimate
-        return max(report.input_tokens + self._tokens.total(sent[report.index :]), estimate)
+        return max(report.input_tokens + sum(counts[report.index :]), estimate)
 
     def __call__(self, request: CompactionRequest) -> bool:
         return self.tokens(request) >= self.threshold
 
     def __repr__(self) -> str:
         flag = "" if self.reported else ", reported=False"
+        if self.reasoning != DEFAULT_REASONING:
+            flag += f", reasoning={self.reasoning!r}"
         return f"TokenCountTrigger({self.threshold}{flag})"
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from turnlog.compaction._checks import check_function
+from turnlog.compaction._sent import SentTokens
 from turnlog.compaction.base import (
     CompactionRequest,
     CompactionResult,
@@ -19,6 +20,7 @@ from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, SessionEvent, new_id
 from turnlog.lazy import outline_of, pick, turn_starts
+from turnlog.reasoning import DEFAULT_REASONING, ReasoningPolicy
 from turnlog.rules import check_summary
 from turnlog.tokens import EventTokens, TokenCounter, event_tokens
 
@@ -86,15 +88,23 @@ class WindowCompactionStrategy:
     Nothing is written when the turns fit the window, when there is no turn to cut at, or when
     the summarizer declines. Pure: no I/O, no clock.
 
+    Tokens (a token budget, the saved estimate) are those of what is sent: an assistant message
+    whose reasoning `reasoning` leaves out counts without its reasoning parts. The view and the
+    log keep every part.
+
     Args:
         window: how much stays; `CompactionWindow.last_events(20)` by default.
         summarizer: condenses what leaves the view: a function `(SummaryRequest) ->
             list[Message]` such as `ChatModelSummarizer(model)`; None for a plain window.
         token_counter: for a token budget and the saved estimate; the default counter when None.
+        reasoning: which reasoning parts the counts include, as the turn runner sends them:
+            "current_turn" (the default, the runner's too) those of the turn in progress, so
+            the reasoning of finished turns takes no room in a token budget; "all" every one;
+            "none" none. See `turnlog.reasoning`.
 
     Raises:
         InvalidInput: `window` is not a `CompactionWindow`; `summarizer` is not None and not
-            a function of one argument.
+            a function of one argument; `reasoning` is not "current_turn", "all" or "none".
     """
 
     def __init__(
@@ -103,6 +113,7 @@ class WindowCompactionStrategy:
         *,
         summarizer: CompactionSummarizer | None = None,
         token_counter: TokenCounter | None = None,
+        reasoning: ReasoningPolicy = DEFAULT_REASONING,
     ) -> None:
         self.window = CompactionWindow.last_events(20) if window is None else window
         if not isinstance(self.window, CompactionWindow):
@@ -115,6 +126,12 @@ class WindowCompactionStrategy:
             )
         self.summarizer = summarizer
         self._tokens: EventTokens = event_tokens(token_counter)
+        self._sent = SentTokens(self._tokens, reasoning)
+
+    @property
+    def reasoning(self) -> ReasoningPolicy:
+        """Which reasoning parts the token counts include: "current_turn", "all" or "none"."""
+        return self._sent.policy
 
     @property
     def name(self) -> str:
@@ -122,7 +139,8 @@ class WindowCompactionStrategy:
         return f"window:{self.window}" + ("+summary" if self.summarizer else "")
 
     def __repr__(self) -> str:
-        return f"WindowCompactionStrategy({self.window}, summarizer={self.summarizer!r})"
+        shown = "" if self.reasoning == DEFAULT_REASONING else f", reasoning={self.reasoning!r}"
+        return f"WindowCompactionStrategy({self.window}, summarizer={self.summarizer!r}{shown})"
 
     def compact(self, request: CompactionRequest) -> CompactionResult:
         """One pass over `request.view`. See the class docstring.
@@ -219,10 +237,11 @@ class WindowCompactionStrategy:
         summary_events = tuple(
             SessionEvent.for_message(session_id, m, synthetic=True) for m in summary_messages
         )
-        covered = pick(view, _others(len(view), [*plan.pinned, *plan.preserved]))
+        gone = _others(len(view), [*plan.pinned, *plan.preserved])
+        covered = pick(view, gone)
         pinned = tuple(pick(view, plan.pinned))
         preserved = tuple(pick(view, plan.preserved))
-        left, added = self._tokens.total(covered), self._tokens.total(summary_events)
+        left, added = self._sent.total(view, gone), self._tokens.total(summary_events)
         saved = left - added
         if saved <= 0:
             return CompactionResult.nothing(view, not_smaller(left, added))
@@ -262,10 +281,10 @@ class WindowCompactionStrategy:
         if self.window.kind == "last_events":
             raw = max(0, len(conversation) - size)
         else:
-            budget = size - self._tokens.total(pick(view, pinned))
+            budget = size - self._sent.total(view, pinned)
             raw = len(conversation)
             if budget > 0:
-                counts = self._tokens.counts(pick(view, conversation))
+                counts = self._sent.counts(view, conversation)
                 used = 0
                 while raw > 0 and used + counts[raw - 1] <= budget:
                     raw -= 1
