@@ -294,7 +294,7 @@ class SessionChat:
                 continue
             sent = sent_events(view)
             offered = self._offered(session_id)
-            messages = self._prompt(sent)
+            messages = self.service.with_bytes(session_id, self._prompt(sent))
             response: ChatResponse | None = None
             try:
                 with telemetry.model_span(self.model, session_id, messages) as span:

@@ -307,7 +307,7 @@ class AsyncSessionChat:
                 continue
             sent = sent_events(view)
             offered = await self._offered(session_id)
-            messages = self._prompt(sent)
+            messages = await self.service.with_bytes(session_id, self._prompt(sent))
             response: ChatResponse | None = None
             try:
                 with telemetry.model_span(self.model, session_id, messages) as span:
