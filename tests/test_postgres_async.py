@@ -15,6 +15,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from test_postgres_store import PostgresAttachmentHooks
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, ToolCall, ToolResult
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores.postgres import (
@@ -101,7 +102,7 @@ def leftover_tasks():
 # -- the contract -------------------------------------------------------------------------------
 
 
-class TestAsyncPostgresStore(AsyncStoreContract):
+class TestAsyncPostgresStore(PostgresAttachmentHooks, AsyncStoreContract):
     property_examples = 50  # the validation property test, on a server
 
     partitions = None

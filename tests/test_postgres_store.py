@@ -3,6 +3,8 @@
 Every test gets a fresh PostgreSQL schema with a random name, dropped afterwards.
 """
 
+import contextlib
+import hashlib
 import threading
 import time
 import uuid
@@ -16,18 +18,24 @@ from psycopg_pool import ConnectionPool
 from turnlog import (
     CompactionWindow,
     CorruptData,
+    ImagePart,
     InvalidInput,
     Message,
     Session,
     SessionEvent,
+    SessionNotFound,
     SessionService,
     StoreError,
     VersionConflict,
     WindowCompactionStrategy,
 )
-from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, migrate
+from turnlog.stores.attachments import split_attachments
+from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, ddl, migrate
+from turnlog.stores.postgres import schema as schema_module
 from turnlog.stores.postgres.ddl import lock_class
+from turnlog.stores.postgres.rows import Batch
 from turnlog.testing import StoreContract
+from turnlog.testing.contract_attachments import blob
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -72,7 +80,29 @@ def turn(sid, n):
 # -- the contract -------------------------------------------------------------------------------
 
 
-class TestPostgresStore(StoreContract):
+class PostgresAttachmentHooks:
+    """The contract's looks at the attachment table, by a connection of their own."""
+
+    def count_attachments(self, store):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(
+                q("SELECT count(*) FROM {s}.attachments", self.schema_name)
+            ).fetchone()[0]
+
+    def damage_attachment(self, store, ref):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            (data,) = conn.execute(
+                q("SELECT data FROM {s}.attachments WHERE ref = %s", self.schema_name), (ref,)
+            ).fetchone()
+            data = bytearray(data)
+            data[len(data) // 2] ^= 1
+            conn.execute(
+                q("UPDATE {s}.attachments SET data = %s WHERE ref = %s", self.schema_name),
+                (bytes(data), ref),
+            )
+
+
+class TestPostgresStore(PostgresAttachmentHooks, StoreContract):
     property_examples = 50  # the validation property test, on a server
 
     partitions = None
@@ -766,3 +796,248 @@ def test_callers_waiting_in_the_pool_get_connections_when_all_are_kept_warm(
         assert all(store.version(f"w{n}") == 80 for n in range(8))
     finally:
         store.close()
+
+
+# -- attachments ----------------------------------------------------------------------------------
+
+
+def image(sid, data, text="look"):
+    return SessionEvent.for_message(sid, Message.user(text, ImagePart("image/png", data=data)))
+
+
+def ref_of(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def attachment_rows(admin, schema):
+    """{ref: refs} of the attachments table."""
+    return dict(admin.execute(q("SELECT ref, refs FROM {s}.attachments", schema)).fetchall())
+
+
+def assert_counts_match_links(admin, schema):
+    """Every attachment row counts exactly the sessions linking it, and every link has a row
+    and a session: the invariant deletes rely on."""
+    links = dict(
+        admin.execute(
+            q("SELECT ref, count(*) FROM {s}.session_attachments GROUP BY ref", schema)
+        ).fetchall()
+    )
+    assert attachment_rows(admin, schema) == links
+    orphans = admin.execute(
+        q(
+            "SELECT count(*) FROM {s}.session_attachments l WHERE NOT EXISTS "
+            "(SELECT 1 FROM {s}.sessions s WHERE s.id = l.session_id)",
+            schema,
+        )
+    ).fetchone()
+    assert orphans == (0,)
+
+
+def test_the_bytes_are_stored_external_and_a_range_reads_only_its_chunks(store, admin, pg_schema):
+    storage = admin.execute(
+        "SELECT a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = 'attachments' AND a.attname = 'data'",
+        (pg_schema,),
+    ).fetchone()
+    assert storage == ("e",)  # out of line, never compressed
+    data = blob("big", 4 << 20)
+    store.create_session(Session("s", T0))
+    store.append_events("s", [image("s", data)], 0)
+    assert store.read_attachment("s", ref_of(data), 3_000_000, 100) == data[3_000_000:3_000_100]
+
+    def buffers(offset, length):
+        params = {"sid": "s", "ref": ref_of(data), "from": offset + 1, "n": length}
+        plan = admin.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._q.read_attachment, params
+        ).fetchone()[0]
+        top = plan[0]["Plan"]
+        return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+    # 4 MiB is about 2,000 TOAST chunks in 500 pages; 100 bytes late in it are one or two.
+    whole, late = buffers(0, 4 << 20), buffers(3_000_000, 100)
+    assert whole > 400 and late < 30, (whole, late)
+
+
+def test_a_view_or_log_read_never_touches_the_attachment_tables(
+    store, postgres_dsn, pg_schema, admin
+):
+    store.create_session(Session("s", T0))
+    data = blob("unread")
+    store.append_events("s", [image("s", data), turn("s", 1)[1]], 0)
+    done = []
+
+    def read_all():
+        done.append(
+            (
+                len(store.view("s")),
+                len(store.events("s")),
+                len(store.events_after("s", 0, 10)),
+                store.version("s"),
+            )
+        )
+
+    def read_bytes():
+        done.append(len(store.read_attachment("s", ref_of(data))))
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as holder, holder.transaction():
+        tables = "{s}.attachments, {s}.session_attachments"
+        holder.execute(q(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE", pg_schema))
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        reader.join(10)
+        assert done == [(2, 2, 2, 2)], "a read waited for the attachment tables"
+        # The lock does hold off what reads them:
+        attachment_reader = threading.Thread(target=read_bytes)
+        attachment_reader.start()
+        _wait_for_waiters(admin, pg_schema, 1)
+    attachment_reader.join(10)
+    assert done[1] == len(data)
+
+
+def test_an_append_of_bytes_whose_last_holder_is_being_deleted_stores_them_again(
+    store, postgres_dsn, pg_schema, admin
+):
+    data = blob("handover")
+    for sid in ("doomed", "keeper"):
+        store.create_session(Session(sid, T0))
+    store.append_events("doomed", [image("doomed", data)], 0)
+    outcome = []
+
+    def append():
+        try:
+            outcome.append(store.append_events("keeper", [image("keeper", data)], 0))
+        except Exception as exc:  # pragma: no cover - reported below
+            outcome.append(exc)
+
+    writer = threading.Thread(target=append)
+    with psycopg.connect(postgres_dsn, autocommit=True) as deleter, deleter.transaction():
+        # The delete has counted the bytes down to 0 and deleted their row, not committed yet.
+        delete = q("SELECT {s}.delete_session('doomed')", pg_schema)
+        assert deleter.execute(delete).fetchone() == (1,)
+        writer.start()
+        _wait_for_waiters(admin, pg_schema, 1)  # the append's upsert waits for that row
+    writer.join(10)
+    assert outcome == [1]
+    assert attachment_rows(admin, pg_schema) == {ref_of(data): 1}
+    assert store.read_attachment("keeper", ref_of(data)) == data
+    assert_counts_match_links(admin, pg_schema)
+
+
+def test_a_delete_of_the_last_holder_waits_for_an_append_linking_the_same_bytes(
+    store, postgres_dsn, pg_schema, admin
+):
+    data = blob("kept")
+    for sid in ("doomed", "keeper"):
+        store.create_session(Session(sid, T0))
+    store.append_events("doomed", [image("doomed", data)], 0)
+    split = split_attachments([image("keeper", data)])
+    statement, params = Batch(split.events, 0, split).call(store._q, "keeper", 0)
+    assert statement == store._q.append_attached
+    deleted = []
+    deleter = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
+    with psycopg.connect(postgres_dsn, autocommit=True) as writer, writer.transaction():
+        # The append has linked the bytes and counted them (2), not committed yet.
+        assert writer.execute(statement, params).fetchone() == (1,)
+        deleter.start()
+        _wait_for_waiters(admin, pg_schema, 1)  # the delete waits for the row's lock
+    deleter.join(10)
+    assert deleted == [True]
+    assert attachment_rows(admin, pg_schema) == {ref_of(data): 1}
+    assert store.read_attachment("keeper", ref_of(data)) == data
+    assert_counts_match_links(admin, pg_schema)
+
+
+def test_a_count_is_of_sessions_and_a_sweep_counts_down_once_per_expired_session(
+    store, admin, pg_schema
+):
+    shared, own = blob("shared"), blob("own")
+    for sid, days in (("old1", 0), ("old2", 0), ("live", 9)):
+        store.create_session(Session(sid, T0, expires_at=T0 + timedelta(days=days, hours=1)))
+        store.append_events(sid, [image(sid, shared, "a"), turn(sid, 1)[1]], 0)
+    store.append_events("old1", [image("old1", own, "b")], 2)
+    store.append_events("live", [image("live", shared, "again")], 2)  # held already: no count
+    assert attachment_rows(admin, pg_schema) == {ref_of(shared): 3, ref_of(own): 1}
+    assert store.delete_expired(T0 + timedelta(days=1)) == 2
+    assert attachment_rows(admin, pg_schema) == {ref_of(shared): 1}
+    assert store.delete_session("live")
+    assert attachment_rows(admin, pg_schema) == {}
+
+
+def test_appends_and_deletes_of_shared_bytes_racing_keep_the_counts_exact(
+    postgres_dsn, pg_schema, admin
+):
+    blobs = [blob(f"pool{i}") for i in range(4)]
+    errors = []
+
+    def work(w):
+        try:
+            with PostgresStore(postgres_dsn, schema=pg_schema, pool_max=2) as mine:
+                for i in range(25):
+                    sid = f"w{w}-{i}"
+                    mine.create_session(Session(sid, T0))
+                    picked = [blobs[(w + i) % 4], blobs[(w * i) % 4]]
+                    parts = [ImagePart("image/png", data=b) for b in picked]
+                    event = SessionEvent.for_message(sid, Message.user("x", *parts))
+                    with contextlib.suppress(SessionNotFound):  # deleted by another worker
+                        mine.append_events(sid, [event], 0)
+                    if i % 2:
+                        mine.delete_session(f"w{(w + 1) % 4}-{i - 1}")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    migrate(postgres_dsn, schema=pg_schema)
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert_counts_match_links(admin, pg_schema)
+    with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        for s in store.list_sessions():
+            for event in store.events(s.id):
+                for part in event.message.parts:
+                    if isinstance(part, ImagePart):
+                        assert store.read_attachment(s.id, part.ref) in blobs
+            assert store.delete_session(s.id)
+    assert attachment_rows(admin, pg_schema) == {}
+
+
+def test_a_schema_at_version_1_with_data_is_upgraded(postgres_dsn, pg_schema, admin, monkeypatch):
+    # What turnlog made before attachments: version 1, written by the store as it was then
+    # (text, a small inline image, a boundary, an expiring session).
+    small = b"\x89PNG" + bytes(100)
+    with monkeypatch.context() as patched:
+        patched.setattr(ddl, "SCHEMA_VERSION", 1)
+        patched.setattr(schema_module, "SCHEMA_VERSION", 1)
+        with PostgresStore(postgres_dsn, schema=pg_schema) as old:
+            service = SessionService(old)
+            service.create("s")
+            for i in range(3):
+                old.append_events("s", turn("s", i), 2 * i)
+            old.append_events("s", [image("s", small, "tiny"), turn("s", 9)[1]], 6)
+            service.compact(
+                "s", lambda r: True, WindowCompactionStrategy(CompactionWindow.last_turns(1))
+            )
+            old.create_session(Session("brief", T0, expires_at=T0 + timedelta(hours=1)))
+            old.append_events("brief", turn("brief", 1), 0)
+            log, view = old.events("s"), old.view("s")
+    versions = [r[0] for r in admin.execute(q("SELECT version FROM {s}.schema_version", pg_schema))]
+    assert versions == [1]
+    assert admin.execute("SELECT to_regclass(%s)", (f"{pg_schema}.attachments",)).fetchone() == (
+        None,
+    )
+    with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        versions = [
+            r[0] for r in admin.execute(q("SELECT version FROM {s}.schema_version", pg_schema))
+        ]
+        assert versions == [1, 2]
+        assert store.events("s") == log and store.view("s") == view
+        data = blob("after the upgrade")
+        store.append_events("s", [image("s", data)], len(log))
+        assert store.read_attachment("s", ref_of(data)) == data
+        assert store.delete_expired(T0 + timedelta(days=1)) == 1
+        assert store.delete_session("s")
+    assert attachment_rows(admin, pg_schema) == {}
+    assert admin.execute(q("SELECT count(*) FROM {s}.events", pg_schema)).fetchone() == (0,)

@@ -18,9 +18,13 @@ Everything lives in one PostgreSQL schema (`turnlog` by default), so several ind
   keeps ids unique across sessions.
 - `indexed_keys` and `session_index`: the metadata keys the store indexes, and one row per
   (key, JSON value, session), maintained by the server on every session write.
+- `attachments` (version 2): the bytes of large parts, once per store, by reference (sha256),
+  with `refs`, the number of sessions holding each; `session_attachments`: which sessions hold
+  which (one row per session and reference). See `_V2_ATTACHMENTS`.
 
 Server-side functions do each write in one round trip (`append_one`, `append_events`,
-`put_session`, `delete_session`, `delete_expired`; `append_check` explains a declined append).
+`append_attached`, `put_session`, `delete_session`, `delete_expired`; `append_check` explains a
+declined append).
 
 Migrations run in one transaction under an advisory lock keyed on the schema name, so any
 number of processes may migrate at once: one does the work, the others wait and find it done
@@ -48,7 +52,7 @@ __all__ = [
     "lock_class",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The newest schema version this turnlog knows."""
 
 MAX_INDEXED_BYTES: Final = 1024
@@ -397,7 +401,172 @@ def _migration_1(schema: str, partitions: int | None) -> list[str]:
     return statements
 
 
-MIGRATIONS: Final = {1: _migration_1}
+# -- migration 2: attachments ------------------------------------------------------------------
+#
+# The bytes of large parts (`turnlog.stores.attachments`), once per store whatever the layout.
+# `attachments` is never partitioned: a reference is shared across sessions, so no session
+# column can be its key. `data` is stored EXTERNAL: out of line and not compressed (images, PDFs
+# and audio are compressed already), so `substring` of a range fetches only the TOAST chunks it
+# covers, and an update of `refs` keeps the same TOAST value (nothing of the bytes is copied).
+#
+# `session_attachments` follows the sessions table, not the events: one table in both layouts.
+# Its rows are small (one per session and distinct attachment), every lookup is a probe of its
+# primary key by session (which a partition would not make cheaper), and so migration 2 needs
+# no knowledge of how a schema made earlier partitioned its events.
+#
+# The reference count. `attachments.refs` is the number of sessions that hold the reference
+# (its rows in `session_attachments`). It changes only under the row's lock: an append takes
+# the lock with its upsert, a delete with SELECT ... FOR UPDATE, both in the order of the
+# references, so two of them never deadlock. A delete that brings `refs` to 0 and an append
+# that links the same bytes to another session therefore serialize: either the append comes
+# first (the delete's decrement then leaves 1), or it waits for the delete to commit and,
+# finding the conflicting row gone, inserts it again with its own bytes (an INSERT ... ON
+# CONFLICT DO UPDATE inserts or updates, whatever commits meanwhile). No step decides from a
+# NOT EXISTS over other sessions' rows, which READ COMMITTED would not re-check.
+#
+# A session's own rows in `session_attachments` change only by its appends (which add) and its
+# delete (which removes all): the append function takes the session's advisory lock shared, a
+# delete exclusively, so while an append runs, the references its session holds stay as read.
+
+_V2_TABLES: Final = """
+CREATE TABLE {s}.attachments (
+    ref text PRIMARY KEY,
+    size bigint NOT NULL,
+    refs bigint NOT NULL,
+    data bytea NOT NULL
+);
+ALTER TABLE {s}.attachments ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE {s}.session_attachments (
+    session_id text NOT NULL,
+    ref text NOT NULL,
+    PRIMARY KEY (session_id, ref)
+);
+COMMENT ON COLUMN {s}.attachments.ref IS 'sha256:<hex> of data';
+COMMENT ON COLUMN {s}.attachments.refs IS 'the sessions holding it: its session_attachments rows';
+"""
+
+# An append that stores bytes, or names references its session must hold already: the
+# references it names are checked first (NULL, writing nothing, when one is not held or its
+# size differs: the client then says which), then `append_events` writes the events (NULL when
+# it declines), then the references the session did not hold yet are linked and each counted
+# once more (or stored, for a new one). All in the statement's one transaction.
+_V2_APPEND: Final = """
+CREATE FUNCTION {s}.append_attached(
+    p_session text, p_expected bigint, p_ids text[], p_types text[], p_ts bigint[],
+    p_roles text[], p_synthetic boolean[], p_bodies bytea[], p_required text[],
+    p_boundary_at bigint, p_boundary_ids text[],
+    p_refs text[], p_data bytea[], p_named text[], p_named_sizes bigint[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v bigint;
+BEGIN
+    IF cardinality(p_named) > 0 THEN
+        -- Held to the commit (append_events takes it again): no delete of the session can
+        -- run meanwhile, so the references read here stay held.
+        PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
+        IF EXISTS (
+            SELECT 1 FROM unnest(p_named, p_named_sizes) AS n(ref, size)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {s}.session_attachments l JOIN {s}.attachments a ON a.ref = l.ref
+                WHERE l.session_id = p_session AND l.ref = n.ref
+                  AND (n.size IS NULL OR a.size = n.size))
+            AND NOT EXISTS (
+                SELECT 1 FROM unnest(p_refs, p_data) AS b(ref, data)
+                WHERE b.ref = n.ref AND (n.size IS NULL OR octet_length(b.data) = n.size)))
+        THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    v := {s}.append_events(p_session, p_expected, p_ids, p_types, p_ts, p_roles, p_synthetic,
+        p_bodies, p_required, p_boundary_at, p_boundary_ids);
+    IF v IS NULL OR cardinality(p_refs) = 0 THEN
+        RETURN v;
+    END IF;
+    WITH linked AS (
+        INSERT INTO {s}.session_attachments (session_id, ref)
+        SELECT p_session, b.ref FROM unnest(p_refs) AS b(ref) ORDER BY b.ref
+        ON CONFLICT DO NOTHING
+        RETURNING ref
+    )
+    INSERT INTO {s}.attachments AS a (ref, size, refs, data)
+    SELECT b.ref, octet_length(b.data), 1, b.data
+    FROM unnest(p_refs, p_data) AS b(ref, data) JOIN linked USING (ref)
+    ORDER BY b.ref
+    ON CONFLICT (ref) DO UPDATE SET refs = a.refs + 1;
+    RETURN v;
+END
+$fn$;
+"""
+
+# Deleting now also unlinks the deleted sessions' attachments, after `purge` took their
+# advisory locks (no append to them is in flight, and none begins), in the same transaction:
+# each reference is counted down by the number of those sessions holding it, under its row's
+# lock (taken in the order of the references), and its row deleted at 0.
+_V2_DELETE: Final = """
+CREATE FUNCTION {s}.unlink_attachments(p_gone text[]) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_refs text[];
+    v_counts bigint[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM {s}.session_attachments WHERE session_id = ANY(p_gone) RETURNING ref
+    )
+    SELECT array_agg(g.ref ORDER BY g.ref), array_agg(g.n ORDER BY g.ref)
+    INTO v_refs, v_counts
+    FROM (SELECT gone.ref, count(*) AS n FROM gone GROUP BY gone.ref) AS g;
+    IF v_refs IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM {s}.attachments a WHERE a.ref = ANY(v_refs) ORDER BY a.ref FOR UPDATE;
+    UPDATE {s}.attachments a SET refs = a.refs - g.n
+    FROM unnest(v_refs, v_counts) AS g(ref, n) WHERE a.ref = g.ref;
+    DELETE FROM {s}.attachments a WHERE a.ref = ANY(v_refs) AND a.refs <= 0;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {s}.delete_session(p_id text) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    gone text[];
+    n bigint;
+BEGIN
+    WITH d AS (DELETE FROM {s}.sessions WHERE id = p_id RETURNING id)
+    SELECT coalesce(array_agg(d.id), ARRAY[]::text[]) INTO gone FROM d;
+    n := {s}.purge(gone);
+    PERFORM {s}.unlink_attachments(gone);
+    RETURN n;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {s}.delete_expired(p_before timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    gone text[];
+    n bigint;
+BEGIN
+    WITH d AS (
+        DELETE FROM {s}.sessions WHERE expires_at IS NOT NULL AND expires_at <= p_before
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(d.id), ARRAY[]::text[]) INTO gone FROM d;
+    n := {s}.purge(gone);
+    PERFORM {s}.unlink_attachments(gone);
+    RETURN n;
+END
+$fn$;
+"""
+
+
+def _migration_2(schema: str, partitions: int | None) -> list[str]:
+    """The attachment tables and functions; the same in both layouts (see `_V2_TABLES`)."""
+    statements = _split(_V2_TABLES)
+    lock = str(lock_class(schema))
+    for script in (_V2_APPEND, _V2_DELETE):
+        statements += _split(script.replace("@LOCK@", lock))
+    return statements
+
+
+MIGRATIONS: Final = {1: _migration_1, 2: _migration_2}
 
 
 def compose(statement: str, schema: str) -> sql.Composed:

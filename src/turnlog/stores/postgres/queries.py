@@ -61,6 +61,8 @@ class Queries:
 
     append: str
     append_one: str
+    append_attached: str
+    """`append` with the attachments of the batch (`Batch.call` picks it)."""
     check: str
     put_session: str
     find_session: str
@@ -79,6 +81,8 @@ class Queries:
     view: str
     tail: str
     stored_ids: str
+    held_attachments: str
+    read_attachment: str
     direct_one: str | None
     """The one-statement version-checked append of one event; None on a partitioned schema."""
     fenced_one: str | None
@@ -105,6 +109,11 @@ class Queries:
             append=q(
                 "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
                 "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
+            ),
+            append_attached=q(
+                "SELECT {s}.append_attached(%s, %s, %s::text[], %s::text[], %s::bigint[], "
+                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[], "
+                "%s::text[], %b::bytea[], %s::text[], %s::bigint[])"
             ),
             append_one=q(
                 "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
@@ -186,6 +195,20 @@ class Queries:
             ),
             stored_ids=q(
                 "SELECT e.id FROM {s}.events e WHERE e.session_id = %s AND e.id = ANY(%s)"
+            ),
+            # The sizes of the attachments a session holds, among some references.
+            held_attachments=q(
+                "SELECT l.ref, a.size FROM {s}.session_attachments l "
+                "JOIN {s}.attachments a ON a.ref = l.ref "
+                "WHERE l.session_id = %s AND l.ref = ANY(%s::text[])"
+            ),
+            # Whether the session exists, whether it holds the reference, and the range of the
+            # bytes (`substring` of an EXTERNAL value reads only the TOAST chunks it covers).
+            read_attachment=q(
+                "SELECT l.ref IS NOT NULL, substring(a.data FROM %(from)s::int FOR %(n)s::int) "
+                "FROM {s}.sessions s LEFT JOIN {s}.session_attachments l "
+                "ON l.session_id = s.id AND l.ref = %(ref)s::text "
+                "LEFT JOIN {s}.attachments a ON a.ref = l.ref WHERE s.id = %(sid)s::text"
             ),
             # The view in one query: the boundary and the messages after it (a range of the
             # primary key), and the events the boundary names from before it, each looked up

@@ -21,6 +21,7 @@ from turnlog.codec import (
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.stores.attachments import Split, refs_in
 from turnlog.stores.base import check_boundaries
 from turnlog.stores.postgres.queries import Queries
 
@@ -37,10 +38,15 @@ __all__ = [
 
 
 class Batch:
-    """A batch as the column arrays the append function takes."""
+    """A batch as the column arrays the append function takes, with its attachments: the bytes
+    it stores and the references it names (`turnlog.stores.attachments.Split`), if any."""
 
-    def __init__(self, events: list[SessionEvent], now_micros: int) -> None:
+    def __init__(
+        self, events: list[SessionEvent], now_micros: int, split: Split | None = None
+    ) -> None:
         self.events = events
+        self.blobs: dict[str, bytes] = {} if split is None else split.blobs
+        self.named: dict[str, int | None] = {} if split is None else split.named
         self.ids = [e.id for e in events]
         self.types = [e.type.name for e in events]
         self.timestamps = [
@@ -80,12 +86,25 @@ class Batch:
         keep.synthetic = [self.synthetic[i] for i in index]
         keep.bodies = [self.bodies[i] for i in index]
         keep.required, keep.boundary_at, keep.boundary_ids = [], None, []
+        left = refs_in(keep.events) if self.blobs or self.named else set()
+        keep.blobs = {r: b for r, b in self.blobs.items() if r in left}
+        keep.named = {r: n for r, n in self.named.items() if r in left}
         if any(e.type == EventType.COMPACTION for e in keep.events):
             keep._boundaries()
         return keep
 
     def call(self, queries: Queries, session_id: str, expected: int | None) -> tuple[str, Any]:
         """The fast append statement for this batch, and its parameters."""
+        if self.blobs or self.named:
+            refs = sorted(self.blobs)
+            named = sorted(self.named)
+            return queries.append_attached, (
+                *self._columns(session_id, expected),
+                refs,
+                [self.blobs[r] for r in refs],
+                named,
+                [self.named[r] for r in named],
+            )
         if len(self.ids) == 1 and self.boundary_at is None:
             return queries.append_one, (
                 session_id,
@@ -97,7 +116,11 @@ class Batch:
                 self.synthetic[0],
                 self.bodies[0],
             )
-        return queries.append, (
+        return queries.append, self._columns(session_id, expected)
+
+    def _columns(self, session_id: str, expected: int | None) -> tuple[Any, ...]:
+        """The parameters of `append_events`."""
+        return (
             session_id,
             expected,
             self.ids,

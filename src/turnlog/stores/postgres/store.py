@@ -7,8 +7,10 @@ function inserts the batch at the seqs the writer proposes, and the `(session_id
 key rejects a slower writer; the driver error becomes `VersionConflict`. Reads come back in one
 query each and are decoded on the client by the codec (the body is `bytea`, never parsed by the
 server). The session row points at its newest boundary, so reading the view never reads the
-covered history. The schema lives in its own PostgreSQL schema: see `ddl` and `schema`;
-the pool and its warm connections are in `connections`.
+covered history. The large bytes of parts go to the attachment tables in the same statement as
+their events (`append_attached`), and no view or log read touches them. The schema lives in
+its own PostgreSQL schema: see `ddl` and `schema`; the pool and its warm connections are
+in `connections`.
 
 A write interrupted mid-way (a task cancelled, a KeyboardInterrupt) leaves the whole batch or
 nothing: each attempt is one statement, and psycopg cancels it on the server (or lets it finish)
@@ -27,6 +29,7 @@ from turnlog.codec import dump_json, encode_body, lazy_events_from_rows, message
 from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
+    AttachmentNotFound,
     CorruptData,
     InvalidInput,
     SessionAlreadyExists,
@@ -37,6 +40,16 @@ from turnlog.errors import (
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
 from turnlog.rules import Tail, check_append, needs_tail
+from turnlog.stores.attachments import (
+    DEFAULT_LIMITS,
+    AttachmentLimits,
+    Split,
+    check_read_range,
+    check_ref,
+    check_refs_known,
+    has_media,
+    split_attachments,
+)
 from turnlog.stores.base import (
     Clock,
     EventFilter,
@@ -76,6 +89,7 @@ _PAGE: Final = 8  # rows of a log's end read at a time for the view rules
 _END: Final = 2**62  # a seq beyond any log's end
 _MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
+_MAX_SLICE: Final = 2**31 - 2  # substring's int arguments; a bytea holds at most 1 GB
 
 
 class _StoredIds(Exception):
@@ -107,6 +121,7 @@ class PostgresStore:
         connect_timeout: how long to wait for the server, and for a free pooled connection:
             seconds or a `timedelta`.
         clock: stamps events appended without a timestamp.
+        attachments: which bytes of parts are stored apart, and the size limits.
 
     Raises:
         InvalidInput: a bad schema name, partition count, `indexed_keys` or DSN; a
@@ -134,6 +149,7 @@ class PostgresStore:
         indexed_keys: Sequence[str] = DEFAULT_INDEXED_KEYS,
         connect_timeout: Duration = 10.0,
         clock: Clock = utc_now,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.schema = check_schema_name(schema)
         self._partitions = check_partitions(partitions)
@@ -143,6 +159,7 @@ class PostgresStore:
         self._migrate = migrate
         self._wanted_keys = list(indexed_keys)
         self._clock = clock
+        self._limits = attachments
         self._tails = TailMemory()  # fenced by the newest event id
         self.indexed_keys = frozenset()
         self._conns = Connections(
@@ -276,29 +293,31 @@ class PostgresStore:
         *,
         check_rules: bool = True,
     ) -> int:
-        batch = check_batch(session_id, events, expected_version)
+        batch, split = self._split(check_batch(session_id, events, expected_version))
         if not check_rules:
-            return self._append(session_id, batch, expected_version)[0]
-        done = self._append_remembered(session_id, batch, expected_version)
-        if done is not None:
-            return done[0]
+            return self._append(session_id, batch, expected_version, split)[0]
+        if split is None:
+            done = self._append_remembered(session_id, batch, expected_version)
+            if done is not None:
+                return done[0]
         at, after = self._check_rules(session_id, batch, expected_version)
-        version = self._append(session_id, batch, expected_version)[0]
+        version = self._append(session_id, batch, expected_version, split)[0]
         self._note(session_id, batch, at, after, version)
         return version
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_batch(check_event(event).session_id, [event], 0)
+        (event,), split = self._split([event])
         if check_rules:
-            done: tuple[int, datetime | None] | None = self._append_remembered(
-                event.session_id, [event], None
-            )
+            done: tuple[int, datetime | None] | None = None
+            if split is None:
+                done = self._append_remembered(event.session_id, [event], None)
             for _ in range(_MAX_ATTEMPTS):
                 if done is not None:
                     break
                 at, after = self._check_rules(event.session_id, [event], None)
                 try:  # conditioned on the version the rules were checked at
-                    done = self._append(event.session_id, [event], at)
+                    done = self._append(event.session_id, [event], at, split)
                 except VersionConflict:
                     continue  # another writer appended meanwhile: check again
                 if done[1] is None:  # a retry: stored before
@@ -312,13 +331,25 @@ class PostgresStore:
                 )
             version, written = done
         else:
-            version, written = self._append(event.session_id, [event], None)
+            version, written = self._append(event.session_id, [event], None, split)
         if written is not None:
             return stamped(event, version, event.timestamp or written)
         found = self._event_by_id(event.session_id, event.id)  # it was stored before
         if found is None:  # pragma: no cover - ids are never removed from a live session
             raise StoreError(f"event {event.id!r} vanished while it was being appended")
         return found
+
+    def _split(self, batch: list[SessionEvent]) -> tuple[list[SessionEvent], Split | None]:
+        """`batch` with the large bytes of its parts replaced by references, and what it stores
+        or names (None when nothing: the one-statement appends then serve it).
+
+        Raises:
+            InvalidInput: a part or an event over the size limits; nothing is written.
+        """
+        if not any(has_media(e.message) for e in batch):
+            return batch, None
+        split = split_attachments(batch, self._limits)
+        return split.events, (split if split.blobs or split.named else None)
 
     def _append_remembered(
         self, session_id: str, batch: list[SessionEvent], expected: int | None
@@ -386,9 +417,14 @@ class PostgresStore:
             self._tails.forget(session_id)
 
     def _append(
-        self, session_id: str, events: list[SessionEvent], expected: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected: int | None,
+        split: Split | None = None,
     ) -> tuple[int, datetime | None]:
-        """Append `events` at `expected` (at the end when None).
+        """Append `events` at `expected` (at the end when None), and store or link the
+        attachments of `split` (of `events`) in the same statement.
 
         Returns the new version, and the time stamped on events without one (None when
         nothing was written: every event was stored already).
@@ -403,8 +439,8 @@ class PostgresStore:
         now = self._clock()
         micros = to_micros(now)
         one = events[0]
-        single = len(events) == 1 and one.type.name != "COMPACTION"
-        batch = None if single else Batch(events, micros)  # raises for a bad boundary
+        single = len(events) == 1 and one.type.name != "COMPACTION" and split is None
+        batch = None if single else Batch(events, micros, split)  # raises for a bad boundary
         with self._conn("appending to session", session_id) as conn:
             q = self._q
             fast: tuple[str, Any]
@@ -473,10 +509,43 @@ class PostgresStore:
                     raise VersionConflict(session_id, expected, int(version))
                 elif status == "missing":
                     refuse_boundaries(batch.events, set(detail))
+                elif status == "retry" and batch.named:  # maybe a reference not held
+                    held = conn.execute(
+                        q.held_attachments, (session_id, list(batch.named))
+                    ).fetchall()
+                    sizes = {r[0]: int(r[1]) for r in held}
+                    sizes.update((ref, len(data)) for ref, data in batch.blobs.items())
+                    check_refs_known(session_id, batch.named, sizes)
         raise StoreError(  # pragma: no cover - each lost attempt means another writer won
             f"could not append to session {session_id!r} after {_MAX_ATTEMPTS} attempts: "
             "other writers keep winning; retry later"
         )
+
+    def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        check_id(session_id, "session id")
+        check_ref(ref)
+        offset, length = check_read_range(offset, length)
+        params = {
+            "sid": session_id,
+            "ref": ref,
+            "from": min(offset, _MAX_SLICE) + 1,
+            "n": _MAX_SLICE if length is None else min(length, _MAX_SLICE),
+        }
+        with self._conn("reading an attachment of session", session_id) as conn:
+            row = conn.execute(self._q.read_attachment, params, binary=True).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        held, data = row
+        if not held:
+            raise AttachmentNotFound(session_id, ref)
+        if data is None:
+            raise CorruptData(
+                f"session {session_id!r} holds attachment {ref}, whose bytes are missing: the "
+                "database is damaged"
+            )
+        return bytes(data)
 
     def events(self, session_id: str, flt: EventFilter | None = None) -> list[SessionEvent]:
         check_id(session_id, "session id")
