@@ -56,6 +56,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/models/calls_async.py", "src/turnlog/models/calls.py"),
     ("src/turnlog/models/openai_async.py", "src/turnlog/models/openai.py"),
     ("src/turnlog/models/anthropic_async.py", "src/turnlog/models/anthropic.py"),
+    ("src/turnlog/models/openai_responses_async.py", "src/turnlog/models/openai_responses.py"),
     ("src/turnlog/chat_async.py", "src/turnlog/chat.py"),
 )
 
@@ -80,6 +81,7 @@ RENAMES = {
     "AsyncMemoryStore": "MemoryStore",
     "AsyncOpenAI": "OpenAI",
     "AsyncOpenAIChatModel": "OpenAIChatModel",
+    "AsyncOpenAIResponsesModel": "OpenAIResponsesModel",
     "AsyncPool": "Pool",
     "AsyncPostgresStore": "PostgresStore",
     "AsyncRedisClusterStore": "RedisClusterStore",
@@ -100,6 +102,7 @@ RENAMES = {
     "memory_async": "memory",
     "migrate_async": "migrate",
     "open_store_async": "open_store",
+    "openai_responses_async": "openai_responses",
     "opening_async": "opening",
     "protocol_async": "protocol",
     "run_pass_async": "run_pass",

@@ -14,6 +14,13 @@ are not the ones it issued, or whose final assistant message (in a tool loop) do
 with the thinking blocks it issued with those tool_use blocks (`thinking_refusal`); the scripted
 reply waits for the next request. (`enforce_thinking = False` turns the check off.)
 
+Like the Responses API, it answers 400 to a `/responses` request whose items break its rules
+(`responses_refusal`): a `function_call_output` that answers no `function_call` of the input (or
+of the stored responses `previous_response_id` chains to), a `previous_response_id` it did not
+store, a reasoning item not exactly as issued or not followed by the item it preceded, and
+(with `store: false`) a tool loop sent without the reasoning issued with its calls; the scripted
+reply waits for the next request. (`enforce_responses = False` turns the checks off.)
+
 Like the providers, it bills the images of a request as input tokens: the tokens of every inline
 image (Chat Completions `image_url`, Responses `input_image`, Messages `image` blocks, tool
 results included) are added to the reply's `prompt_tokens` / `input_tokens` (and
@@ -72,6 +79,11 @@ class ScriptedServer:
         """Answer 400 as the Messages API does to thinking blocks not passed back unmodified."""
         self.issued: list[Issued] = []
         """The thinking blocks and tool_use ids of each Messages reply sent (JSON or SSE)."""
+        self.enforce_responses = True
+        """Answer 400 as the Responses API does to items that break its rules."""
+        self.responses_issued: list[IssuedResponse] = []
+        """Each Responses reply sent (JSON or SSE): its id, output items, whether it was
+        stored, and the request it answered."""
         self.bill_images = True
         """Add the tokens of a request's images to the input tokens its reply reports."""
         self.anthropic_max_pixels = ANTHROPIC_MAX_PIXELS
@@ -122,6 +134,15 @@ class ScriptedServer:
                     server.replies.appendleft(reply)
                     error = anthropic_error("invalid_request_error", refused)
                     reply = Reply(400, json.dumps(error).encode())
+                responses = self.path.rstrip("/").endswith("/responses")
+                refused = (
+                    responses_refusal(body, server.responses_issued)
+                    if server.enforce_responses and responses
+                    else None
+                )
+                if refused is not None:
+                    server.replies.appendleft(reply)
+                    reply = Reply(400, json.dumps(openai_error(400, refused)).encode())
                 if server.rewrite is not None:
                     reply = server.rewrite(request, reply)
                 billed = sum(image.tokens for image in request.images)
@@ -131,6 +152,10 @@ class ScriptedServer:
                     issued = issued_by(reply)
                     if issued is not None:
                         server.issued.append(issued)
+                if responses and reply.status == 200:
+                    answered = issued_response(reply, body)
+                    if answered is not None:
+                        server.responses_issued.append(answered)
                 if reply.sse is None and reply.delay and server._stop.wait(reply.delay):
                     return
                 self.send_response(reply.status)
@@ -596,6 +621,321 @@ def thinking_refusal(body: Any, issued: list[Issued]) -> str | None:
                 f"messages.{at}: the thinking blocks of the final assistant message must be "
                 "passed back complete and unmodified, in order, before its tool_use blocks"
             )
+    return None
+
+
+# -- OpenAI Responses ---------------------------------------------------------------------------
+#
+# Written from the API reference (the Response object, its output items and streaming events)
+# and the errors the API gives, not from turnlog.models.responses_format, so that it can check it.
+
+RESPONSES_USAGE = {
+    "input_tokens": 42,
+    "input_tokens_details": {"cached_tokens": 32},
+    "output_tokens": 17,
+    "output_tokens_details": {"reasoning_tokens": 10},
+    "total_tokens": 59,
+}
+
+
+def out_message(text: str, item_id: str = "msg_1", **fields: Any) -> dict:
+    """An assistant `message` output item holding one `output_text`."""
+    content = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant"}
+    return {**item, "content": [content], **fields}
+
+
+def out_call(call_id: str, name: str, arguments: str, item_id: str | None = None) -> dict:
+    """A `function_call` output item."""
+    return {
+        "id": item_id or "fc_" + call_id,
+        "type": "function_call",
+        "status": "completed",
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
+    }
+
+
+def out_reasoning(
+    item_id: str, summary: list[str] = (), encrypted: str | None = None, **fields: Any
+) -> dict:
+    """A `reasoning` output item: its summary texts, its encrypted content (asked for with
+    `include: ["reasoning.encrypted_content"]`)."""
+    item: dict[str, Any] = {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": t} for t in summary],
+    }
+    if encrypted is not None:
+        item["encrypted_content"] = encrypted
+    return {**item, **fields}
+
+
+def responses_reply(
+    output: list[dict],
+    *,
+    response_id: str = "resp_1",
+    model: str = "gpt-test-2025",
+    status: str = "completed",
+    incomplete_reason: str | None = None,
+    usage: dict | None = None,
+) -> dict:
+    """A Response object as the API returns it (`POST /v1/responses`, not streamed)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1_760_000_000,
+        "status": status,
+        "error": None,
+        "incomplete_details": (
+            {"reason": incomplete_reason} if incomplete_reason is not None else None
+        ),
+        "instructions": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "usage": usage if usage is not None else dict(RESPONSES_USAGE),
+    }
+
+
+def _pieces(text: str, chunk: int) -> list[str]:
+    return [text[i : i + chunk] for i in range(0, len(text), chunk)] or [""]
+
+
+def responses_events(
+    reply: dict, chunk: int = 4, items_done: bool = True, completed_output: bool = True
+) -> list[tuple[str | None, Any]]:
+    """A streamed reply as the API sends it (named SSE events, each with its
+    `sequence_number`): response.created, then per output item its output_item.added, its
+    deltas (text and arguments in pieces of `chunk` characters) and their done events, its
+    output_item.done; then response.completed (response.incomplete for an incomplete reply)
+    carrying the whole response. `items_done=False` leaves out the output_item.done events and
+    `completed_output=False` sends response.completed with an empty output, as a server may:
+    the items are then to be assembled from their deltas."""
+    events: list[tuple[str | None, Any]] = []
+
+    def add(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **data}))
+
+    start = dict(reply, status="in_progress", output=[], usage=None, incomplete_details=None)
+    add("response.created", response=start)
+    add("response.in_progress", response=start)
+    for index, item in enumerate(reply["output"]):
+        at = {"item_id": item.get("id"), "output_index": index}
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=index, item=dict(item, content=[]))
+            for ci, part in enumerate(item["content"]):
+                text = part.get("text", "")
+                empty = {"type": "output_text", "text": "", "annotations": []}
+                add("response.content_part.added", **at, content_index=ci, part=empty)
+                for piece in _pieces(text, chunk):
+                    add(
+                        "response.output_text.delta",
+                        **at,
+                        content_index=ci,
+                        delta=piece,
+                        logprobs=[],
+                    )
+                add("response.output_text.done", **at, content_index=ci, text=text, logprobs=[])
+                add("response.content_part.done", **at, content_index=ci, part=part)
+        elif item["type"] == "function_call":
+            added = dict(item, arguments="", status="in_progress")
+            add("response.output_item.added", output_index=index, item=added)
+            for piece in _pieces(item["arguments"], chunk):
+                add("response.function_call_arguments.delta", **at, delta=piece)
+            add("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        elif item["type"] == "reasoning":
+            added = {k: v for k, v in item.items() if k != "encrypted_content"}
+            add("response.output_item.added", output_index=index, item=dict(added, summary=[]))
+            for si, summary in enumerate(item.get("summary") or []):
+                for piece in _pieces(summary["text"], chunk):
+                    add(
+                        "response.reasoning_summary_text.delta",
+                        **at,
+                        summary_index=si,
+                        delta=piece,
+                    )
+        else:
+            add("response.output_item.added", output_index=index, item=item)
+        if items_done:
+            add("response.output_item.done", output_index=index, item=item)
+    final = reply if completed_output else dict(reply, output=[])
+    incomplete = reply.get("status") == "incomplete"
+    add("response.incomplete" if incomplete else "response.completed", response=final)
+    return events
+
+
+@dataclass
+class IssuedResponse:
+    """One Responses reply the server sent, and the request it answered."""
+
+    id: str
+    output: list[dict]
+    stored: bool
+    """Whether the request asked for it to be stored (`store`, true unless false)."""
+    previous: str | None
+    """The `previous_response_id` of its request."""
+    input: list
+    """The request's `input` items."""
+
+
+def _sse_response(chunks: list[bytes]) -> dict | None:
+    """The response a streamed Responses reply ends with, its output the items streamed."""
+    items: dict[int, dict] = {}
+    final = None
+    for chunk in chunks:
+        for line in chunk.decode().splitlines():
+            if not line.startswith("data: "):
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "response.output_item.done":
+                items[event["output_index"]] = event["item"]
+            elif event.get("type") in ("response.completed", "response.incomplete"):
+                final = dict(event["response"])
+    if final is not None and items and not final.get("output"):
+        final["output"] = [items[i] for i in sorted(items)]
+    return final
+
+
+def issued_response(reply: Reply, request: Any) -> IssuedResponse | None:
+    """What a Responses reply carried; None for a body that is not a response."""
+    if reply.sse is not None:
+        body = _sse_response(reply.sse)
+    else:
+        try:
+            body = json.loads(reply.body)
+        except ValueError:
+            return None
+    if not isinstance(body, dict) or not isinstance(body.get("output"), list):
+        return None
+    request = request if isinstance(request, dict) else {}
+    inputs = request.get("input")
+    return IssuedResponse(
+        str(body.get("id")),
+        body["output"],
+        request.get("store", True) is not False,
+        request.get("previous_response_id"),
+        inputs if isinstance(inputs, list) else [],
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Unmodified: the same JSON object, every field and value (the order of an object's
+    fields aside, which JSON leaves open and the official client does not keep)."""
+    return a == b
+
+
+def _follows(item: Any, issued: dict) -> bool:
+    """Whether input `item` is the item `issued` (an output item) was, as sent back."""
+    if not isinstance(item, dict):
+        return False
+    kind = item.get("type", "message")
+    if kind != issued.get("type"):
+        return False
+    if kind == "function_call":
+        return item.get("call_id") == issued.get("call_id")
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return True
+
+
+def responses_refusal(body: Any, issued: list[IssuedResponse]) -> str | None:
+    """What the Responses API says (400) to `body` when its items break the API's rules; None
+    when it passes.
+
+    - `previous_response_id` must name a response the server issued and stored; its chain
+      (that response, the one its request named, ...: their inputs and outputs) comes before
+      the input;
+    - every `function_call_output` answers a `function_call` before it (in the chain or the
+      input);
+    - every reasoning item sent is one the server issued, unmodified (every field and value),
+      and is directly followed by the item that followed it when issued (a
+      `function_call` of the same `call_id`, an assistant message, ...);
+    - with `store: false`, when the input ends with `function_call_output` items (a tool loop
+      in progress), the reasoning items issued in the response that made those calls are all
+      sent (the model's reasoning comes back to it).
+    """
+    if not isinstance(body, dict):
+        return None
+    items = body.get("input")
+    if isinstance(items, str) or items is None:
+        items = []
+    if not isinstance(items, list):
+        return "Invalid type for 'input': expected a string or an array of items."
+    by_id = {r.id: r for r in issued}
+    chain: list[Any] = []
+    previous = body.get("previous_response_id")
+    seen: set[str] = set()
+    while previous is not None:
+        found = by_id.get(previous)
+        if found is None or not found.stored or previous in seen:
+            return f"Previous response with id '{previous}' not found."
+        seen.add(previous)
+        chain[:0] = [*found.input, *found.output]
+        previous = found.previous
+    calls = {
+        i["call_id"] for i in chain if isinstance(i, dict) and i.get("type") == "function_call"
+    }
+    reasoning = [
+        (r, n) for r in issued for n, i in enumerate(r.output) if i.get("type") == "reasoning"
+    ]
+    for at, item in enumerate(items):
+        if not isinstance(item, dict):
+            return f"Invalid type for 'input[{at}]': expected an object."
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            calls.add(item.get("call_id"))
+        elif kind == "function_call_output" and item.get("call_id") not in calls:
+            return (
+                f"No tool call found for function call output with call_id {item.get('call_id')}."
+            )
+        elif kind == "reasoning":
+            origin = next(((r, n) for r, n in reasoning if _same(r.output[n], item)), None)
+            if origin is None:
+                return f"The encrypted content for item {item.get('id')} could not be verified."
+            response, n = origin
+            after = response.output[n + 1] if n + 1 < len(response.output) else None
+            if after is not None and (at + 1 >= len(items) or not _follows(items[at + 1], after)):
+                return (
+                    f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                    "required following item."
+                )
+    if body.get("store", True) is not False:
+        return None
+    answered = []
+    for item in reversed(items):
+        if not isinstance(item, dict) or item.get("type") != "function_call_output":
+            break
+        answered.append(item.get("call_id"))
+    sent = [i for i in items if isinstance(i, dict) and i.get("type") == "reasoning"]
+    for call_id in answered:
+        origin = next(
+            (
+                r
+                for r in issued
+                if any(
+                    i.get("type") == "function_call" and i.get("call_id") == call_id
+                    for i in r.output
+                )
+            ),
+            None,
+        )
+        for item in origin.output if origin is not None else []:
+            if item.get("type") == "reasoning" and not any(_same(item, s) for s in sent):
+                return (
+                    f"Item 'fc_{call_id}' of type 'function_call' was provided without its "
+                    f"required 'reasoning' item: '{item.get('id')}'."
+                )
     return None
 
 

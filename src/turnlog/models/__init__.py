@@ -1,8 +1,9 @@
 """Chat models: one adapter per provider wire format, each behind its own extra.
 
-`OpenAIChatModel` / `AsyncOpenAIChatModel` speak Chat Completions (`pip install
-'turnlog[openai]'`); `AnthropicChatModel` / `AsyncAnthropicChatModel` speak the Messages API
-(`pip install 'turnlog[anthropic]'`). They are imported on first use, so `import turnlog` and
+`OpenAIChatModel` / `AsyncOpenAIChatModel` speak Chat Completions and `OpenAIResponsesModel` /
+`AsyncOpenAIResponsesModel` the Responses API (both `pip install 'turnlog[openai]'`);
+`AnthropicChatModel` / `AsyncAnthropicChatModel` speak the Messages API (`pip install
+'turnlog[anthropic]'`). They are imported on first use, so `import turnlog` and
 `import turnlog.models` never need either package. See docs/models.md.
 """
 
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
     )
     from turnlog.models.openai import OpenAIChatModel as OpenAIChatModel
     from turnlog.models.openai_async import AsyncOpenAIChatModel as AsyncOpenAIChatModel
+    from turnlog.models.openai_responses import (
+        OpenAIResponsesModel as OpenAIResponsesModel,
+    )
+    from turnlog.models.openai_responses_async import (
+        AsyncOpenAIResponsesModel as AsyncOpenAIResponsesModel,
+    )
 
     def _conforms(
         a: OpenAIChatModel,
@@ -38,11 +45,19 @@ if TYPE_CHECKING:
         """Never called: mypy checks here that each adapter implements its protocol."""
         return a, b, c, d
 
+    def _conforms_responses(
+        a: OpenAIResponsesModel, b: AsyncOpenAIResponsesModel
+    ) -> tuple[ChatModelAdapter, AsyncChatModelAdapter]:
+        """Never called: mypy checks that the Responses adapters implement the protocols."""
+        return a, b
+
 
 # name -> (module, the extra that installs its provider package)
 _LAZY: Final = {
     "OpenAIChatModel": ("turnlog.models.openai", "openai"),
     "AsyncOpenAIChatModel": ("turnlog.models.openai_async", "openai"),
+    "OpenAIResponsesModel": ("turnlog.models.openai_responses", "openai"),
+    "AsyncOpenAIResponsesModel": ("turnlog.models.openai_responses_async", "openai"),
     "AnthropicChatModel": ("turnlog.models.anthropic", "anthropic"),
     "AsyncAnthropicChatModel": ("turnlog.models.anthropic_async", "anthropic"),
 }
