@@ -21,6 +21,7 @@ from turnlog.models.base import (
     Usage,
     with_cache_breakpoint,
 )
+from turnlog.models.windows import MODEL_WINDOWS, ModelLimits, ModelWindow, context_window
 
 if TYPE_CHECKING:
     from turnlog.models.anthropic import AnthropicChatModel as AnthropicChatModel
@@ -80,10 +81,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CACHE_BREAKPOINT_KEY",
+    "MODEL_WINDOWS",
     "AsyncChatModelAdapter",
     "ChatModelAdapter",
     "ChatResponse",
+    "ModelLimits",
+    "ModelWindow",
     "StreamEvent",
     "Usage",
+    "context_window",
     "with_cache_breakpoint",
 ]
