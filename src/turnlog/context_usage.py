@@ -126,13 +126,16 @@ class ContextMeter:
         self.limits = limits
         self.warn_at = warn_at
         self.model = model
-        self._counter = TokenCountTrigger(1, reasoning=reasoning)
+        self._reasoning: ReasoningPolicy = reasoning
+        self._counter: TokenCountTrigger | None = None  # on first use: no tokenizer before
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
     def measure(self, session_id: str, view: Sequence[SessionEvent]) -> ContextUsage:
         """The usage of `view`, the view of `session_id`; logs the session's one WARNING when
         its share first exceeds `warn_at`."""
+        if self._counter is None:
+            self._counter = TokenCountTrigger(1, reasoning=self._reasoning)
         count = self._counter.count(view)
         window = None if self.limits is None else self.limits.prompt_window
         share = None if window is None else count.tokens / window
