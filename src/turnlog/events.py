@@ -590,17 +590,26 @@ class SessionEvent(msgspec.Struct, frozen=True, metaclass=_Checked):
         timestamp: datetime | None = None,
         tokens: TokenCount | None = None,
     ) -> SessionEvent:
-        """A MESSAGE event, with a fresh id unless `event_id` is given."""
-        return cls(
-            id=new_id() if event_id is None else event_id,
-            session_id=session_id,
-            type=EventType.MESSAGE,
-            message=message,
-            metadata=metadata or _EMPTY,
-            synthetic=synthetic,
-            timestamp=timestamp,
-            tokens=tokens,
+        """A MESSAGE event, with a fresh id unless `event_id` is given.
+
+        Raises:
+            InvalidInput: a field the event cannot hold (as the constructor checks them).
+        """
+        event = trusted(  # then checked: `cls(...)` does the same with keywords, more slowly
+            cls,
+            new_id() if event_id is None else event_id,
+            session_id,
+            EventType.MESSAGE,
+            message,
+            None,
+            metadata or _EMPTY,
+            synthetic,
+            None,
+            timestamp,
+            tokens,
         )
+        event._check()
+        return event
 
     @classmethod
     def for_payload(
