@@ -22,7 +22,8 @@ import redis
 import redis.asyncio
 
 from redis_cluster import RedisServer, free_ports
-from test_redis_store import purge, turn
+from test_redis_cluster import ClusterAttachmentHooks
+from test_redis_store import AttachmentHooks, purge, turn
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError
 from turnlog.stores.redis import (
     AsyncRedisClusterStore,
@@ -54,7 +55,7 @@ def leftover_tasks() -> list[asyncio.Task[Any]]:
 # -- the contract ----------------------------------------------------------------------------------
 
 
-class TestAsyncRedisStore(AsyncStoreContract):
+class TestAsyncRedisStore(AttachmentHooks, AsyncStoreContract):
     property_examples = 50  # the validation property test, on a server
 
     @pytest.fixture(autouse=True)
@@ -73,7 +74,7 @@ class TestAsyncRedisStore(AsyncStoreContract):
         return await AsyncRedisStore(store.client, prefix=self.prefix).open()
 
 
-class TestAsyncRedisClusterStore(AsyncStoreContract):
+class TestAsyncRedisClusterStore(ClusterAttachmentHooks, AsyncStoreContract):
     property_examples = 50
 
     @pytest.fixture(autouse=True)

@@ -14,10 +14,20 @@ import pytest
 import redis
 
 from redis_cluster import free_ports
-from test_redis_store import RedisChecks, purge, turn, version_lookups
+from test_redis_store import (
+    AttachmentHooks,
+    RedisChecks,
+    attachment_keys,
+    image,
+    purge,
+    turn,
+    version_lookups,
+)
 from turnlog import InvalidInput, Message, Session, SessionEvent, StoreError, VersionConflict
+from turnlog.stores.attachments import ref_of
 from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import StoreContract
+from turnlog.testing.contract_attachments import blob
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +44,12 @@ class _OnCluster:
             purge(store.client, self.prefix)
 
 
-class TestRedisClusterStore(_OnCluster, StoreContract):
+class ClusterAttachmentHooks(AttachmentHooks):
+    def admin(self):
+        return RedisClusterStore(self.url, prefix=self.prefix)
+
+
+class TestRedisClusterStore(_OnCluster, ClusterAttachmentHooks, StoreContract):
     property_examples = 50  # the validation property test, on a server
 
     def make_store(self, tmp_path):
@@ -60,11 +75,33 @@ class TestClusterOnly(_OnCluster):
         for sid in ("a", "{a}", "ünï"):
             store.create_session(Session(sid, datetime.now(UTC)))
             store.append_events(sid, turn(sid, 1), 0)
-            keys = store._keys.session(sid)
-            mine = {store.client.cluster_keyslot(k) for k in keys}
+            store.append_events(sid, [image(sid, blob(sid))], 2)
+            keys = [*store._keys.session(sid), store._keys.attachment(sid, ref_of(blob(sid)))]
+            assert store.client.exists(keys[-1]) == 1
+            mine = {store.client.cluster_keyslot(k) for k in keys}  # asked of the server
             assert len(mine) == 1
             slots |= mine
         assert len(slots) == 3
+
+    def test_the_attachment_keys_live_on_the_node_of_their_session(self, store):
+        """Asked of each master directly: the bytes are on the node that holds the session."""
+        sids = [f"s{i}" for i in range(12)]
+        for sid in sids:
+            store.create_session(Session(sid, datetime.now(UTC)))
+            store.append_events(sid, [image(sid, blob(sid))], 0)
+        nodes = {}
+        for node in store.client.get_primaries():
+            client = redis.Redis(host=node.host, port=node.port)
+            try:
+                for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
+                    nodes[key.decode()] = (node.host, node.port)
+            finally:
+                client.close()
+        assert len(set(nodes.values())) > 1  # the sessions are spread over the masters
+        for sid in sids:
+            (key,) = attachment_keys(store.client, self.prefix, sid)
+            assert nodes[key] == nodes[store._keys.session(sid)[0]]
+            assert nodes[key] == nodes[store._keys.session(sid)[3]]
 
     def test_claims_of_a_failed_append_are_kept_and_freed_with_the_session(self, store):
         for sid in ("a", "b"):

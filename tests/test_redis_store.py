@@ -22,6 +22,7 @@ from redis_cluster import RedisServer, free_ports
 from turnlog import (
     CompactionBoundary,
     CorruptData,
+    ImagePart,
     InvalidInput,
     Message,
     Session,
@@ -29,8 +30,11 @@ from turnlog import (
     SessionNotFound,
     StoreError,
 )
-from turnlog.stores.redis import RedisStore
+from turnlog.errors import AttachmentNotFound
+from turnlog.stores.attachments import AttachmentLimits, ref_of
+from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import FakeClock, StoreContract
+from turnlog.testing.contract_attachments import blob
 
 HOSTILE = [
     "a",
@@ -89,6 +93,17 @@ def turn(sid: str, n: int, tag: str = "") -> list[SessionEvent]:
     ]
 
 
+def image(sid: str, data: bytes, event_id: str | None = None) -> SessionEvent:
+    message = Message.user("see", ImagePart("image/png", data=data))
+    return SessionEvent.for_message(sid, message, event_id=event_id)
+
+
+def attachment_keys(client, prefix: str, sid: str = "*") -> list[str]:
+    """The keys of the attachment bytes under `prefix` (of one session, its id escaped in
+    keys as plain ids are, or of all)."""
+    return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:{{{sid}}}:a:*", count=1000))
+
+
 class RedisChecks:
     """Redis behaviours of both stores. Subclasses provide `new_store(**kw)` and `prefix`."""
 
@@ -108,8 +123,10 @@ class RedisChecks:
         for i, sid in enumerate(HOSTILE):
             store.create_session(Session(sid, now(), metadata={"owner": sid, "k{*}": f"v{i}"}))
             store.append_events(sid, turn(sid, i), 0)
+            store.append_events(sid, [image(sid, blob(sid))], 2)  # attachment keys too
         for i, sid in enumerate(HOSTILE):
-            assert [e.message.text for e in store.events(sid)] == [f"q{i}", f"a{i}"]
+            assert store.read_attachment(sid, ref_of(blob(sid))) == blob(sid)
+            assert [e.message.text for e in store.events(sid)] == [f"q{i}", f"a{i}", "see"]
             assert [s.id for s in store.find_by_metadata("owner", sid)] == [sid]
             assert [s.id for s in store.find_by_metadata("k{*}", f"v{i}")] == [sid]
         by_session: dict[str, set[int]] = {}
@@ -126,6 +143,7 @@ class RedisChecks:
             by_session.setdefault(unquote(tag), set()).add(key_slot(key.encode()))
         assert set(by_session) == set(HOSTILE)
         assert all(len(slots) == 1 for slots in by_session.values())
+        assert len(attachment_keys(store.client, self.prefix)) == len(HOSTILE)
 
     def test_an_escaped_looking_id_is_not_its_escape(self, store):
         for sid in ("{a}", "%7Ba%7D"):
@@ -335,16 +353,120 @@ class RedisChecks:
         store.save_session(Session("s", now()))
         assert expiry_ms() == {-1}
 
+    def test_attachment_keys_carry_the_sessions_ttl_and_save_session_moves_them(self, store):
+        expires = now() + timedelta(hours=1)
+        store.create_session(Session("s", now(), expires_at=expires))
+        store.append_events("s", [image("s", blob("one")), image("s", blob("two"))], 0)
+        grace = int(timedelta(days=1).total_seconds() * 1000)
+        session = store._keys.session("s")
+
+        def expiry_ms(blobs: int = 2) -> dict[str, int]:  # the session, its attachments
+            keys = [session[0], session[3], *attachment_keys(store.client, self.prefix, "s")]
+            assert len(keys) == 2 + blobs and store.client.exists(*keys) == len(keys)
+            return {k: store.client.pexpiretime(k) for k in keys}
+
+        want = int(expires.timestamp() * 1000) + grace
+        assert {abs(t - want) < 5 for t in expiry_ms().values()} == {True}
+        assert len(set(expiry_ms().values())) == 1
+        later = expires + timedelta(hours=5)
+        store.save_session(Session("s", now(), expires_at=later))
+        assert set(expiry_ms().values()) == {int(later.timestamp() * 1000) + grace}
+        store.append_events("s", [image("s", blob("three"))], 2)  # a new key gets it too
+        three = store._keys.attachment("s", ref_of(blob("three")))
+        assert store.client.pexpiretime(three) == int(later.timestamp() * 1000) + grace
+        assert three in expiry_ms(3)
+        store.save_session(Session("s", now()))  # no expiry: no key expiry either
+        assert set(expiry_ms(3).values()) == {-1}
+
+    def test_many_attachments_in_one_batch_are_stored_expired_and_deleted(self):
+        """1,500 byte strings in one append (past the script's 1,000-item chunks): stored,
+        moved by save_session, deleted with the session."""
+        limits = AttachmentLimits(threshold=1)
+        with self.new_store(attachments=limits) as store:
+            expires = now() + timedelta(hours=1)
+            store.create_session(Session("s", now(), expires_at=expires))
+            datas = [b"%d" % i for i in range(1500)]
+            store.append_events("s", [image("s", d, f"e{i}") for i, d in enumerate(datas)], 0)
+            keys = attachment_keys(store.client, self.prefix, "s")
+            assert len(keys) == 1500
+            assert store.read_attachment("s", ref_of(datas[1499])) == datas[1499]
+            store.save_session(Session("s", now()))
+            pipe = store.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.pexpiretime(key)
+            assert set(pipe.execute()) == {-1}
+            assert store.delete_session("s")
+            assert keys_of(store.client, self.prefix) == []
+
+    def test_save_and_delete_scripts_write_nothing_without_the_attachment_keys(self, store):
+        """Each script must be given every key it touches: called with other attachment keys
+        than the session's, they change nothing and name the right ones."""
+        store.create_session(Session("s", now(), expires_at=now() + timedelta(hours=1)))
+        store.append_events("s", [image("s", blob("a")), image("s", blob("b"))], 0)
+        keys = store._keys.session("s")
+        hexes = sorted(ref_of(blob(x))[7:].encode() for x in "ab")
+        right = [f"{keys[3]}:{h.decode()}" for h in hexes]
+        inc = store.client.hget(keys[0], "inc")
+        save = ["save", inc, inc, 0, "", "{}", "", ""]  # no expiry any more
+        before = keys_of(store.client, self.prefix)
+        for declared in ([], right[:1], [right[0], right[0]], [right[0], keys[3] + ":00"]):
+            reply = store._run("delete", [*keys, *declared], ["", ""])
+            assert reply[0] == b"attachments" and sorted(reply[1:]) == hexes
+            reply = store._run("save", [*keys, *declared], save)
+            assert reply[0] == b"attachments" and sorted(reply[1:]) == hexes
+        assert keys_of(store.client, self.prefix) == before
+        assert store.find_session("s").expires_at is not None
+        assert store._run("delete", [*keys, *right], ["", ""])[0] == b"deleted"
+        assert not [k for k in keys_of(store.client, self.prefix) if "{s}" in k]
+
+    def test_a_text_only_append_sends_no_attachment_keys_or_arguments(self, store, monkeypatch):
+        store.create_session(Session("s", now()))
+        sent: list[tuple] = []
+        plain = store.client.execute_command
+
+        def recording(*args, **kw):
+            reply = plain(*args, **kw)  # a call refused with NOSCRIPT is not recorded
+            if args[0] == "EVALSHA" and args[1] == store._shas["append"]:
+                sent.append(args)
+            return reply
+
+        monkeypatch.setattr(store.client, "execute_command", recording)
+        store.append_events("s", turn("s", 1), 0)
+        store.append_events("s", [image("s", b"GIF89a tiny")], 2)  # kept in the event
+        store.append_events("s", [image("s", blob("x"))], 3)
+        text, small, media = sent
+        ids = 0 if isinstance(store, RedisClusterStore) else 1  # id keys per event
+        assert text[2] == 2 + 2 * ids  # the session's two keys (and the two events' id keys)
+        assert len(text) == 3 + text[2] + 6 + 2 * 4  # 6 arguments, then 4 per event
+        assert small[2] == 2 + ids and len(small) == 3 + small[2] + 6 + 4
+        assert media[2] == 2 + ids + 2  # and the attachment hash and the key of the bytes
+        assert blob("x") in media
+
+    def test_a_recreated_session_holds_none_of_its_old_attachments(self, store):
+        data = blob("old")
+        store.create_session(Session("s", now()))
+        store.append_events("s", [image("s", data)], 0)
+        assert store.delete_session("s")
+        store.create_session(Session("s", now()))
+        with pytest.raises(AttachmentNotFound):
+            store.read_attachment("s", ref_of(data))
+        named = Message.user("again?", ImagePart("image/png", ref=ref_of(data)))
+        with pytest.raises(InvalidInput, match="holds no attachment"):
+            store.append_events("s", [SessionEvent.for_message("s", named)], 0)
+        assert keys_of(store.client, self.prefix) and not attachment_keys(store.client, self.prefix)
+
     @pytest.mark.parametrize("grace", [timedelta(milliseconds=300), 0.3], ids=["timedelta", "s"])
     def test_keys_expire_by_themselves_and_the_sweep_cleans_up(self, grace):
         with self.new_store(expiry_grace=grace) as store:
             store.create_session(Session("s", now(), expires_at=now(), metadata={"owner": "o"}))
             store.append_events("s", turn("s", 1), 0)
+            store.append_events("s", [image("s", blob("gone"))], 2)
             store.create_session(Session("keep", now()))
             deadline = time.monotonic() + 5
             while store.find_session("s") is not None and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert store.find_session("s") is None
+            assert attachment_keys(store.client, self.prefix) == []  # expired with it
             assert [s.id for s in store.list_sessions()] == ["keep"]
             assert store.find_by_metadata("owner", "o") == []
             assert store.delete_expired(now()) == 0  # Redis deleted it already
@@ -427,7 +549,39 @@ class RedisChecks:
             store.find_session("a")
 
 
-class TestRedisStore(StoreContract):
+class AttachmentHooks:
+    """The contract's attachment hooks for every Redis store (blocking or asyncio, one server
+    or a cluster): they look at the keys through a blocking store of their own, `admin()`.
+
+    On Redis the bytes are kept once per session (in the session's slot, docs/redis.md), so
+    the count is of byte strings, one per session holding them."""
+
+    attachments_shared_across_sessions = False
+    url: str
+    prefix: str
+
+    def admin(self) -> RedisStore:
+        return RedisStore(self.url, prefix=self.prefix)
+
+    def attachment_keys(self, store, ref: str = "*") -> list[bytes]:
+        hex_ = ref if ref == "*" else ref.removeprefix("sha256:")
+        return list(store.client.scan_iter(match=f"{self.prefix}:{{*}}:a:{hex_}", count=1000))
+
+    def count_attachments(self, store):
+        with self.admin() as admin:
+            return len(self.attachment_keys(admin))
+
+    def damage_attachment(self, store, ref):
+        with self.admin() as admin:
+            keys = self.attachment_keys(admin, ref)
+            assert keys, ref
+            for key in keys:
+                middle = admin.client.strlen(key) // 2
+                byte = admin.client.getrange(key, middle, middle)
+                admin.client.setrange(key, middle, bytes([byte[0] ^ 1]))
+
+
+class TestRedisStore(AttachmentHooks, StoreContract):
     property_examples = 50  # the validation property test, on a server
 
     @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ before the append script, and fenced by the session's incarnation, which the scr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -107,9 +108,11 @@ class RedisClusterStore(RedisStore):
         expected: int,
         tail: list[Any],
         fence: str = "",
+        media: Sequence[str] = (),
     ) -> Any:
         """Claim the batch's ids for the session's incarnation (`fence` when given), then run
-        the append script fenced by that incarnation.
+        the append script fenced by that incarnation (its keys: the session's, then the
+        attachment keys `media`, all in the session's slot).
 
         Returns the script's reply, or None to run it again (the incarnation was dead: its
         claims are released; with a `fence`, the 'changed' reply itself).
@@ -120,9 +123,8 @@ class RedisClusterStore(RedisStore):
         inc = fence or self._incarnation(session_id)
         owner = index_member(session_id, inc)
         fresh = self._reserve(session_id, batch, owner)
-        reply = self._run(
-            "append", self._keys.session(session_id)[:2], [expected, inc, session_id, "0", *tail]
-        )
+        keys = [*self._keys.session(session_id)[:2], *media]
+        reply = self._run("append", keys, [expected, inc, session_id, "0", *tail])
         if reply[0] in (b"changed", b"nosession"):
             self._forget(session_id)  # a dead incarnation: its claims can go
             self._release((self._keys.event(i), owner) for i in fresh)

@@ -9,6 +9,7 @@ before the append script, and fenced by the session's incarnation, which the scr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -114,9 +115,11 @@ class AsyncRedisClusterStore(AsyncRedisStore):
         expected: int,
         tail: list[Any],
         fence: str = "",
+        media: Sequence[str] = (),
     ) -> Any:
         """Claim the batch's ids for the session's incarnation (`fence` when given), then run
-        the append script fenced by that incarnation.
+        the append script fenced by that incarnation (its keys: the session's, then the
+        attachment keys `media`, all in the session's slot).
 
         Returns the script's reply, or None to run it again (the incarnation was dead: its
         claims are released; with a `fence`, the 'changed' reply itself).
@@ -127,9 +130,8 @@ class AsyncRedisClusterStore(AsyncRedisStore):
         inc = fence or await self._incarnation(session_id)
         owner = index_member(session_id, inc)
         fresh = await self._reserve(session_id, batch, owner)
-        reply = await self._run(
-            "append", self._keys.session(session_id)[:2], [expected, inc, session_id, "0", *tail]
-        )
+        keys = [*self._keys.session(session_id)[:2], *media]
+        reply = await self._run("append", keys, [expected, inc, session_id, "0", *tail])
         if reply[0] in (b"changed", b"nosession"):
             self._forget(session_id)  # a dead incarnation: its claims can go
             await self._release((self._keys.event(i), owner) for i in fresh)

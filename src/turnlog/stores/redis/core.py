@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import InvalidInput, StoreError
+from turnlog.stores.attachments import DEFAULT_LIMITS, AttachmentLimits
 from turnlog.stores.base import Clock, TailMemory, utc_now
 from turnlog.stores.redis.layout import SCRIPTS, Keys, check_prefix
 from turnlog.stores.url import refuse_own_parameters
@@ -64,7 +65,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 # Methods that never write: a lost connection during one of them cannot have changed anything.
 _READS: Final = frozenset(
-    {"find_session", "list_sessions", "find_by_metadata", "events", "version", "view", "view_lazy"}
+    {
+        "find_session",
+        "list_sessions",
+        "find_by_metadata",
+        "events",
+        "version",
+        "view",
+        "view_lazy",
+        "read_attachment",
+    }
 )
 
 
@@ -122,8 +132,14 @@ class RedisCore:
         timeout: Duration = 10.0,
         connect_timeout: Duration | None = None,
         retries: int = 0,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         check_prefix(prefix)
+        if not isinstance(attachments, AttachmentLimits):
+            raise InvalidInput(
+                f"attachments takes an AttachmentLimits, not {type(attachments).__name__}"
+            )
+        self._limits = attachments
         grace = (
             None
             if expiry_grace is None

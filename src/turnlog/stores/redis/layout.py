@@ -28,11 +28,13 @@ from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
 from turnlog.lazy import LazyEvents
+from turnlog.stores.attachments import Split, check_ref
 from turnlog.stores.base import check_boundaries
 
 __all__ = [
     "SCRIPTS",
     "Keys",
+    "attachment_args",
     "batch_args",
     "check_prefix",
     "decode_record",
@@ -123,15 +125,21 @@ class Keys:
         self._sessions: dict[str, list[str]] = {}
 
     def session(self, session_id: str) -> list[str]:
-        """The session hash (state, records, ids), its failed claims, its index keys: one tag."""
+        """The session hash (state, records, ids), its failed claims, its index keys and its
+        attachments (a hash of reference -> size; the bytes of each in `<that key>:<hex>`):
+        one tag."""
         keys = self._sessions.get(session_id)
         if keys is None:
             base = f"{self.prefix}:{{{_escape(session_id)}}}:"
-            keys = [base + suffix for suffix in ("s", "r", "k")]
+            keys = [base + suffix for suffix in ("s", "r", "k", "a")]
             if len(self._sessions) >= 4096:
                 self._sessions.clear()
             self._sessions[session_id] = keys
         return keys
+
+    def attachment(self, session_id: str, ref: str) -> str:
+        """The key of the bytes of attachment `ref` (`sha256:<hex>`) in the session's slot."""
+        return f"{self.session(session_id)[3]}:{ref[7:]}"
 
     def event(self, event_id: str) -> str:
         """The key of an event id's claim."""
@@ -234,6 +242,22 @@ def batch_args(
             required.update((i, None) for i in boundary.replaced.values() if i not in messages)
             args += (e.id, "C", record, len(named), *named)
     return args, list(required), invalid
+
+
+def attachment_args(keys: Keys, session_id: str, split: Split) -> tuple[list[str], list[Any]]:
+    """The append script's keys and arguments for the attachments of a batch (see scripts.lua):
+    the session's attachment hash and the key of each byte string; then how many byte strings,
+    each as hex, size, bytes, and how many references the batch names, each as hex and size
+    ('' when the part gives none)."""
+    blobs = split.blobs
+    names = [keys.session(session_id)[3], *(keys.attachment(session_id, r) for r in blobs)]
+    args: list[Any] = [len(blobs)]
+    for ref, data in blobs.items():
+        args += (ref[7:], len(data), data)
+    args.append(len(split.named))
+    for ref, size in split.named.items():
+        args += (check_ref(ref)[7:], "" if size is None else size)
+    return names, args
 
 
 def split_record(

@@ -11,9 +11,15 @@
 --       #<event id> -> kind .. seq (kind M message, C compaction, E other).
 --   KEYS[2] <p>:{<sid>}:r  set: event ids claimed for this session by failed appends (cluster)
 --   KEYS[3] <p>:{<sid>}:k  set: the index keys this incarnation was added to
+--   KEYS[4] <p>:{<sid>}:a  hash: the session's attachments, hex of the sha256 -> size; the
+--       bytes of each in the string <p>:{<sid>}:a:<hex> (same tag, so same slot). Every key a
+--       script touches is in its KEYS (so a cluster routes and migrates it right): the save
+--       and delete scripts take the session's byte keys as KEYS[5...], and when those are not
+--       exactly the keys the hash names, they write nothing and reply
+--       {'attachments', hex, ...}, for the caller to run them again with those keys.
 
 --! save
--- Create or update a session.
+-- Create or update a session; KEYS[5...]: the keys of its attachments' bytes (see above).
 -- ARGV: mode ('create' | 'save'), inc (new incarnation), expected inc ('' = believed absent),
 --       created us, expires us (''), metadata JSON, expires ms (''), grace ms ('' = no key expiry),
 --       then the index keys to record.
@@ -25,6 +31,28 @@ if ARGV[7] ~= '' and ARGV[8] ~= '' then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
 end
+local function undeclared() -- {'attachments', hex...} unless KEYS[5...] are the bytes' keys
+  local n = redis.call('HLEN', KEYS[4])
+  if n == #KEYS - 4 then -- as many keys as fields: all present and distinct, or not these
+    local from, ok, seen = #KEYS[4] + 2, true, {}
+    for i = 5, #KEYS, 1000 do
+      local hexes = {}
+      for j = i, math.min(i + 999, #KEYS) do
+        local hex = string.sub(KEYS[j], from)
+        if seen[hex] or string.sub(KEYS[j], 1, from - 1) ~= KEYS[4] .. ':' then ok = false end
+        seen[hex] = true
+        hexes[#hexes + 1] = hex
+      end
+      for _, size in ipairs(redis.call('HMGET', KEYS[4], unpack(hexes))) do
+        if not size then ok = false end
+      end
+    end
+    if ok then return nil end
+  end
+  local out = redis.call('HKEYS', KEYS[4])
+  table.insert(out, 1, 'attachments')
+  return out
+end
 local cur = redis.call('HGET', KEYS[1], 'inc')
 if cur then
   if ARGV[1] == 'create' then
@@ -32,6 +60,8 @@ if cur then
     return {'exists'}
   end
   if cur ~= ARGV[3] then return {'changed'} end
+  local names = undeclared()
+  if names then return names end
   redis.call('HSET', KEYS[1], 'x', ARGV[5], 'md', ARGV[6])
 else
   if ARGV[3] ~= '' then return {'changed'} end
@@ -41,15 +71,17 @@ else
 end
 for i = 9, #ARGV do redis.call('SADD', KEYS[3], ARGV[i]) end
 redis.call('HSET', KEYS[1], 'kx', kx)
-for i = 1, 3 do
+for i = 1, #KEYS do -- the session's keys, its attachments among them
   if kx == '' then redis.call('PERSIST', KEYS[i]) else redis.call('PEXPIREAT', KEYS[i], kx) end
 end
 return {'ok', cur}
 
 --! delete
 -- Delete a session's keys: always (ARGV[1] == ''), or only if it expires at or before ARGV[1]
--- (us). ARGV[2]: the incarnation to delete ('' = whichever).
--- Returns {'gone'} | {'changed'} | {'kept', expires} | {'deleted', inc, ids, reserved, indexkeys}.
+-- (us). ARGV[2]: the incarnation to delete ('' = whichever). KEYS[5...]: the keys of its
+-- attachments' bytes (see above).
+-- Returns {'gone'} | {'changed'} | {'kept', expires} | {'deleted', inc, ids, reserved, indexkeys}
+--       | {'attachments', hex, ...}.
 -- Times are compared as decimal strings: a Lua number (a double) is not exact past 2^53 us
 -- (the year 2255), and a session must not be deleted a microsecond before it expires.
 local function later(a, b)
@@ -65,12 +97,39 @@ if ARGV[2] ~= '' and m[1] ~= ARGV[2] then return {'changed'} end
 if ARGV[1] ~= '' and (m[2] == '' or later(m[2], ARGV[1])) then
   return {'kept', m[2]}
 end
+local function undeclared() -- {'attachments', hex...} unless KEYS[5...] are the bytes' keys
+  local n = redis.call('HLEN', KEYS[4])
+  if n == #KEYS - 4 then -- as many keys as fields: all present and distinct, or not these
+    local from, ok, seen = #KEYS[4] + 2, true, {}
+    for i = 5, #KEYS, 1000 do
+      local hexes = {}
+      for j = i, math.min(i + 999, #KEYS) do
+        local hex = string.sub(KEYS[j], from)
+        if seen[hex] or string.sub(KEYS[j], 1, from - 1) ~= KEYS[4] .. ':' then ok = false end
+        seen[hex] = true
+        hexes[#hexes + 1] = hex
+      end
+      for _, size in ipairs(redis.call('HMGET', KEYS[4], unpack(hexes))) do
+        if not size then ok = false end
+      end
+    end
+    if ok then return nil end
+  end
+  local out = redis.call('HKEYS', KEYS[4])
+  table.insert(out, 1, 'attachments')
+  return out
+end
+local names = undeclared()
+if names then return names end
 local ids = {}
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.byte(field, 1) == 35 then ids[#ids + 1] = string.sub(field, 2) end -- '#'
 end
 local reserved = redis.call('SMEMBERS', KEYS[2])
 local indexed = redis.call('SMEMBERS', KEYS[3])
+for i = 4, #KEYS, 1000 do -- the attachments go with the session
+  redis.call('UNLINK', unpack(KEYS, i, math.min(i + 999, #KEYS)))
+end
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 return {'deleted', m[1], ids, reserved, indexed}
 
@@ -84,14 +143,20 @@ return {'deleted', m[1], ids, reserved, indexed}
 -- ARGV[6] r, the number of ids a boundary names that must be message events of the log;
 --         -1 when the batch is invalid (check versions and retries only, then refuse)
 -- then n times: id, kind (M/C/E), record, k, and k ids (for C: the ids its view names)
--- then r ids.
+-- then r ids;
+-- then, only for a batch with attachments (nothing at all otherwise): m, and m times hex (of
+-- the sha256), size, bytes; q, and q times hex and size ('' = not given) of the references
+-- the batch names, which the session must hold. KEYS[a] is then the session's attachment hash
+-- and KEYS[a + j] the key of byte string j, where a = 3 + n on a standalone store (after the
+-- event-id keys), 3 on a cluster.
 -- Returns {'ok', version, appended} | {'nosession'} | {'changed'} | {'foreign', id, owner}
 --       | {'conflict', version} | {'unknown', id} | {'invalid'}
+--       | {'refs', size, ...} (the sizes the session holds of the q references, '' = none)
 local s, reserved = KEYS[1], KEYS[2]
 local idkeys = ARGV[4] == '1'
 
 -- The hot path, one event naming nothing (a chat message): the same steps with fewer calls.
-if ARGV[5] == '1' and ARGV[6] == '0' and ARGV[10] == '0' then
+if ARGV[5] == '1' and ARGV[6] == '0' and ARGV[10] == '0' and not ARGV[11] then
   local id, kind = ARGV[7], ARGV[8]
   local st = redis.call('HMGET', s, 'inc', 'v', 'kx', '#' .. id)
   if not st[1] then return {'nosession'} end
@@ -129,10 +194,10 @@ end
 -- script back when it fails, so nothing may fail once writing has begun. Lists of unbounded
 -- length reach commands in chunks of 1000 arguments (Lua's unpack() fails at about 8000).
 local CHUNK = 1000
-local function hmget(fields) -- HMGET of any number of fields of the session hash
+local function hmget(fields, key) -- HMGET of any number of fields (of the session hash)
   local out = {}
   for i = 1, #fields, CHUNK do
-    local got = redis.call('HMGET', s, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+    local got = redis.call('HMGET', key or s, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
     for j = 1, #got do out[i + j - 1] = got[j] end
   end
   return out
@@ -201,6 +266,41 @@ if r > 0 then
   end
 end
 
+-- Attachments: which byte strings the session lacks (stored below), and whether it holds
+-- every reference the batch names, with the size given.
+local akey, blobs, new = nil, {}, {}
+local mat = at + r
+if ARGV[mat] then
+  akey = idkeys and KEYS[3 + n] or KEYS[3]
+  local base = idkeys and 3 + n or 3
+  local m = tonumber(ARGV[mat])
+  local q = tonumber(ARGV[mat + 3 * m + 1])
+  local hexes, sizes = {}, {}
+  for j = 1, m do
+    local p = mat + 3 * j - 2
+    blobs[j] = {ARGV[p], ARGV[p + 1], p + 2, KEYS[base + j]}
+    hexes[j] = ARGV[p]
+    sizes[ARGV[p]] = ARGV[p + 1]
+  end
+  local named = mat + 3 * m + 2
+  for j = 1, q do hexes[m + j] = ARGV[named + 2 * j - 2] end
+  local held = hmget(hexes, akey)
+  for j = 1, m do
+    if not held[j] then new[#new + 1] = blobs[j] end
+  end
+  local refused = false
+  for j = 1, q do
+    local have, want = held[m + j] or sizes[hexes[m + j]], ARGV[named + 2 * j - 1]
+    if not have or (want ~= '' and want ~= have) then refused = true end
+  end
+  if refused then
+    keep_claims()
+    local out = {'refs'}
+    for j = 1, q do out[j + 1] = held[m + j] or '' end
+    return out
+  end
+end
+
 -- The newest boundary of the batch, and the seqs before it of the events it names: those of
 -- the batch get their seqs now, the others are read from the session (all checked above).
 local last, before = nil, {}
@@ -255,6 +355,21 @@ end
 if last then redis.call('HSET', s, 'b', last[1], 'bv', table.concat(before, ',')) end
 if not idkeys and redis.call('EXISTS', reserved) == 1 then
   for _, f in ipairs(fresh) do redis.call('SREM', reserved, f[2]) end
+end
+if #new > 0 then -- the byte strings the session lacked, with the session's key expiry
+  local kx = st[3] ~= '' and st[3] or nil
+  for i = 1, #new, CHUNK do
+    local sizes = {}
+    for j = i, math.min(i + CHUNK - 1, #new) do
+      local b = new[j]
+      redis.call('SET', b[4], ARGV[b[3]])
+      if kx then redis.call('PEXPIREAT', b[4], kx) end
+      sizes[#sizes + 1] = b[1]
+      sizes[#sizes + 1] = b[2]
+    end
+    redis.call('HSET', akey, unpack(sizes))
+  end
+  if kx then redis.call('PEXPIREAT', akey, kx) end
 end
 return {'ok', total, #fresh}
 

@@ -37,6 +37,7 @@ from turnlog.codec import (
     to_micros,
 )
 from turnlog.errors import (
+    AttachmentNotFound,
     InvalidInput,
     SessionAlreadyExists,
     SessionNotFound,
@@ -46,6 +47,14 @@ from turnlog.errors import (
 from turnlog.events import Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
 from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
+from turnlog.stores.attachments import (
+    Split,
+    check_read_range,
+    check_ref,
+    check_refs_known,
+    has_media,
+    split_attachments,
+)
 from turnlog.stores.base import (
     EventFilter,
     apply_filter,
@@ -64,6 +73,7 @@ from turnlog.stores.base import (
 )
 from turnlog.stores.redis.core_async import ATTEMPTS, RACES, AsyncRedisCore, guarded, pause
 from turnlog.stores.redis.layout import (
+    attachment_args,
     batch_args,
     decode_record,
     events_of,
@@ -113,6 +123,9 @@ class AsyncRedisStore(AsyncRedisCore):
         retries: how often redis-py retries a command after a connection error, for a store
             built from a URL. 0 by default: a lost connection surfaces at once as `StoreError`,
             and retrying an append with the same event ids is always safe.
+        attachments: which bytes of parts are stored apart (16 KiB and up), and the size
+            limits per part and per event. The bytes are kept once per session, in the
+            session's slot (docs/redis.md, "Attachments").
 
     Raises:
         InvalidInput: a bad URL, prefix or client; an `expiry_grace` or `timeout` that is not
@@ -152,9 +165,9 @@ class AsyncRedisStore(AsyncRedisCore):
                 before.append(("ZADD", self._keys.expiry, expires, member))
             before += [("SADD", key, member) for key in index]
             await self._pipeline(before)
-            reply = await self._run(
+            reply = await self._run_declared(
                 "save",
-                keys,
+                session.id,
                 [
                     "create" if create else "save",
                     inc,
@@ -177,6 +190,23 @@ class AsyncRedisStore(AsyncRedisCore):
             if reply[0] == b"exists":
                 raise SessionAlreadyExists(session.id)
         raise StoreError(f"session {session.id!r} kept changing while it was being saved; retry")
+
+    async def _run_declared(self, name: str, session_id: str, args: Sequence[Any]) -> Any:
+        """Run the script `name` (save or delete) on the session's keys and the keys of its
+        attachments' bytes, which a script must be given among its keys (so that a cluster
+        routes them, also while their slot migrates): a session without attachments takes one
+        call; else the first call names the keys and writes nothing, and the second has them.
+
+        Returns the script's reply.
+        """
+        keys = self._keys.session(session_id)
+        declared: list[str] = []
+        for _ in range(ATTEMPTS):
+            reply = await self._run(name, [*keys, *declared], args)
+            if reply[0] != b"attachments":
+                return reply
+            declared = [f"{keys[3]}:{hex_.decode()}" for hex_ in reply[1:]]
+        raise StoreError(f"session {session_id!r} kept changing while it was being written; retry")
 
     async def _drop_index(self, member: bytes, index: Iterable[str | bytes]) -> None:
         await self._pipeline(
@@ -235,7 +265,7 @@ class AsyncRedisStore(AsyncRedisCore):
         return bool((await self._delete(session_id, "", ""))[0] == b"deleted")
 
     async def _delete(self, session_id: str, cutoff: int | str, inc: str) -> Any:
-        reply = await self._run("delete", self._keys.session(session_id), [cutoff, inc])
+        reply = await self._run_declared("delete", session_id, [cutoff, inc])
         if reply[0] == b"deleted":
             self._forget(session_id)
             self._tails.forget(session_id)
@@ -299,28 +329,43 @@ class AsyncRedisStore(AsyncRedisCore):
         *,
         check_rules: bool = True,
     ) -> int:
-        batch = check_batch(session_id, events, expected_version)
+        batch, split = self._split(check_batch(session_id, events, expected_version))
         if not check_rules:
-            return (await self._append(session_id, batch, expected_version))[0]
-        done = await self._append_remembered(session_id, batch, expected_version)
+            return (await self._append(session_id, batch, expected_version, split=split))[0]
+        done = await self._append_remembered(session_id, batch, expected_version, split)
         if done is not None:
             return done[0]
         at, after, inc = await self._check_rules(session_id, batch, expected_version)
-        done = await self._append(session_id, batch, expected_version)
+        done = await self._append(session_id, batch, expected_version, split=split)
         self._note(session_id, batch, at, after, inc, done)
         return done[0]
 
+    def _split(self, batch: list[SessionEvent]) -> tuple[list[SessionEvent], Split | None]:
+        """`batch` with the large bytes of its parts replaced by references, and the split
+        (None when no part of the batch stores or names an attachment: `batch` itself when no
+        event holds an image, file or audio part).
+
+        Raises:
+            InvalidInput: a part or an event over the size limits.
+        """
+        if not any(has_media(e.message) for e in batch):
+            return batch, None
+        split = split_attachments(batch, self._limits)
+        return split.events, split if split.blobs or split.named else None
+
     @guarded
     async def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
-        check_batch(check_event(event).session_id, [event], 0)
+        (event,), split = self._split(check_batch(check_event(event).session_id, [event], 0))
         if check_rules:
-            done = await self._append_remembered(event.session_id, [event], None)
+            done = await self._append_remembered(event.session_id, [event], None, split)
             for attempt in range(RACES):
                 if done is not None:
                     break
                 at, after, inc = await self._check_rules(event.session_id, [event], None)
                 try:  # conditioned on the version the rules were checked at
-                    done = await self._append(event.session_id, [event], -1 if at is None else at)
+                    done = await self._append(
+                        event.session_id, [event], -1 if at is None else at, split=split
+                    )
                 except VersionConflict:  # another writer appended meanwhile: check again
                     await pause(attempt)
                     continue
@@ -329,7 +374,7 @@ class AsyncRedisStore(AsyncRedisCore):
                 raise StoreError(f"session {event.session_id!r} kept changing; retry")
             version, appended, now = done
         else:
-            version, appended, now = await self._append(event.session_id, [event], -1)
+            version, appended, now = await self._append(event.session_id, [event], -1, split=split)
         if appended:
             return stamped(event, version, event.timestamp or from_micros(now))
         found = await self._event_by_id(event.session_id, event.id)  # it was stored before
@@ -338,7 +383,11 @@ class AsyncRedisStore(AsyncRedisCore):
         return found
 
     async def _append_remembered(
-        self, session_id: str, batch: list[SessionEvent], expected: int | None
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        expected: int | None,
+        split: Split | None = None,
     ) -> tuple[int, int, int] | None:
         """Append without reading the log: check the rules against the tail this handle
         remembers and condition the write on its version and the session's incarnation.
@@ -357,7 +406,7 @@ class AsyncRedisStore(AsyncRedisCore):
             self._tails.forget(session_id)
             return None
         try:
-            done = await self._append(session_id, batch, version, fence=inc)
+            done = await self._append(session_id, batch, version, fence=inc, split=split)
         except VersionConflict:
             self._tails.forget(session_id)
             return None
@@ -390,10 +439,17 @@ class AsyncRedisStore(AsyncRedisCore):
             self._tails.forget(session_id)
 
     async def _append(
-        self, session_id: str, batch: list[SessionEvent], expected: int, *, fence: str = ""
+        self,
+        session_id: str,
+        batch: list[SessionEvent],
+        expected: int,
+        *,
+        fence: str = "",
+        split: Split | None = None,
     ) -> tuple[int, int, int]:
         """Append under the version check (`expected` -1: at the end), and when `fence` is
-        given, only to that incarnation of the session (else `VersionConflict`).
+        given, only to that incarnation of the session (else `VersionConflict`); with the
+        attachments of `split` (its events are `batch`).
 
         Returns the new version, how many events were appended, and the time stamped on them
         (µs since the epoch).
@@ -401,8 +457,12 @@ class AsyncRedisStore(AsyncRedisCore):
         now = time.time_ns() // 1000 if self._clock is utc_now else to_micros(self._clock())
         args, required, invalid = batch_args(batch, now)
         tail = [len(batch), -1 if invalid else len(required), *args, *required]
+        media: list[str] = []
+        if split is not None:  # a text-only batch sends no attachment keys or arguments
+            media, more = attachment_args(self._keys, session_id, split)
+            tail += more
         for _ in range(ATTEMPTS):
-            reply = await self._attempt(session_id, batch, expected, tail, fence)
+            reply = await self._attempt(session_id, batch, expected, tail, fence, media)
             if reply is None:
                 continue
             tag = reply[0]
@@ -421,6 +481,10 @@ class AsyncRedisStore(AsyncRedisCore):
                 )
             if tag == b"invalid" and invalid is not None:
                 raise invalid
+            if tag == b"refs" and split is not None:
+                held = {r: int(n) for r, n in zip(split.named, reply[1:], strict=True) if n}
+                held.update((r, len(data)) for r, data in split.blobs.items())
+                check_refs_known(session_id, split.named, held)  # raises InvalidInput
             raise StoreError(f"unexpected reply from the append script: {reply[0]!r}")
         raise StoreError(f"session {session_id!r} kept changing during an append; retry")
 
@@ -431,9 +495,10 @@ class AsyncRedisStore(AsyncRedisCore):
         expected: int,
         tail: list[Any],
         fence: str = "",
+        media: Sequence[str] = (),
     ) -> Any:
-        """Run the append script once, the batch's event-id keys among its keys (fenced by
-        the incarnation `fence` unless it is empty).
+        """Run the append script once, the batch's event-id keys among its keys, then the
+        attachment keys `media` (fenced by the incarnation `fence` unless it is empty).
 
         Returns the script's reply, or None to run it again (claims of dead incarnations were
         released).
@@ -442,6 +507,7 @@ class AsyncRedisStore(AsyncRedisCore):
             InvalidInput: an id is claimed by another live session.
         """
         keys = self._keys.session(session_id)[:2] + [self._keys.event(e.id) for e in batch]
+        keys += media
         reply = await self._run("append", keys, [expected, fence, session_id, "1", *tail])
         if reply[0] == b"foreign":
             await self._clear_claims(session_id, batch)
@@ -640,6 +706,40 @@ class AsyncRedisStore(AsyncRedisCore):
         if inc is None:
             raise SessionNotFound(session_id)
         return int(version)
+
+    @guarded
+    async def read_attachment(
+        self, session_id: str, ref: str, offset: int = 0, length: int | None = None
+    ) -> bytes:
+        check_id(session_id, "session id")
+        check_ref(ref)
+        offset, length = check_read_range(offset, length)
+        keys = self._keys.session(session_id)
+        blob = self._keys.attachment(session_id, ref)
+        end = -1 if length is None else offset + length - 1
+        for _ in range(ATTEMPTS):
+            # One round trip to the session's node; the bytes are read only when the session
+            # holds them. The bytes of a reference never change (they are its sha256), so the
+            # only race is a delete between the two commands, which a short read shows.
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hget(keys[0], "inc")
+            pipe.hget(keys[3], ref[7:])
+            if length != 0:
+                pipe.getrange(blob, offset, end)
+            inc, size, *data = await pipe.execute()
+            if size is None:
+                if inc is None:
+                    raise SessionNotFound(session_id)
+                raise AttachmentNotFound(session_id, ref)
+            if not data:
+                return b""
+            want = max(0, int(size) - offset)
+            if length is not None:
+                want = min(want, length)
+            if len(data[0]) == want:
+                return bytes(data[0])
+            await pause(0)  # deleted meanwhile (or damaged): look again
+        return bytes(data[0])  # held, and read as stored: the service finds it damaged
 
     @guarded
     async def view(self, session_id: str) -> list[SessionEvent]:
