@@ -533,7 +533,7 @@ def test_an_unknown_output_item_is_kept_and_the_turn_goes_on(runner, server):
 
 def test_another_providers_reasoning_is_never_sent(runner, server):
     server.reply_json(responses_reply([out_message("Hi again.")]))
-    chat, h = runner()
+    chat, h = runner(reasoning="all")  # the runner would leave a finished turn's reasoning out
     claude = Message.assistant(
         parts=[
             ReasoningPart("anthropic", text="secret thinking", signature="sig-claude"),
@@ -586,6 +586,24 @@ def test_previous_response_id_sends_only_what_is_new(runner, server):
     assert third["input"] == [{"type": "message", "role": "user", "content": "Thanks"}]
     ids = [m.metadata.get(RESPONSE_ID_KEY) for m in stored(h) if m.role == "assistant"]
     assert ids == ["resp_1", "resp_2", "resp_3"]  # read back from the SQLite file
+
+
+def test_with_previous_response_id_the_summarizers_call_stays_stateless(server):
+    server.reply_json(responses_reply([out_message("hi")], response_id="resp_0"))
+    server.reply_json(responses_reply([out_message("a summary")], response_id="resp_s"))
+    server.reply_json(responses_reply([out_message("ok")], response_id="resp_t"))
+    with OpenAIResponsesModel(**settings(server, previous_response_id=True)) as model:
+        earlier = model.respond([Message.user("q")]).message
+        summary = model.complete([Message.user("q"), earlier, Message.user("sum up")])
+        reply = model.respond([Message.user("q"), earlier, Message.user("more")])
+    assert earlier.metadata[RESPONSE_ID_KEY] == "resp_0"
+    assert RESPONSE_ID_KEY not in summary.metadata
+    _, summarized, chained = (r.body for r in server.requests)
+    assert (summarized["store"], len(summarized["input"])) == (False, 3)
+    assert "previous_response_id" not in summarized
+    assert chained["store"] is True and chained["previous_response_id"] == "resp_0"
+    assert chained["input"] == [{"type": "message", "role": "user", "content": "more"}]
+    assert reply.message.metadata[RESPONSE_ID_KEY] == "resp_t"
 
 
 def test_a_failed_tool_result_is_sent_with_the_error_prefix(server, model):
