@@ -348,7 +348,11 @@ class AsyncRedisStore(AsyncRedisCore):
         Raises:
             InvalidInput: a part or an event over the size limits.
         """
-        if not any(has_media(e.message) for e in batch):
+        for event in batch:  # the text-only batch, the common case, at the cost of a loop
+            m = event.message
+            if m is not None and (m.parts or m.tool_results) and has_media(m):
+                break
+        else:
             return batch, None
         split = split_attachments(batch, self._limits)
         return split.events, split if split.blobs or split.named else None

