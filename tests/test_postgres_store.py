@@ -1004,14 +1004,17 @@ def test_appends_and_deletes_of_shared_bytes_racing_keep_the_counts_exact(
     assert attachment_rows(admin, pg_schema) == {}
 
 
-def test_a_schema_at_version_1_with_data_is_upgraded(postgres_dsn, pg_schema, admin, monkeypatch):
+@pytest.mark.parametrize("partitions", [None, 2])
+def test_a_schema_at_version_1_with_data_is_upgraded(
+    postgres_dsn, pg_schema, admin, monkeypatch, partitions
+):
     # What turnlog made before attachments: version 1, written by the store as it was then
     # (text, a small inline image, a boundary, an expiring session).
     small = b"\x89PNG" + bytes(100)
     with monkeypatch.context() as patched:
         patched.setattr(ddl, "SCHEMA_VERSION", 1)
         patched.setattr(schema_module, "SCHEMA_VERSION", 1)
-        with PostgresStore(postgres_dsn, schema=pg_schema) as old:
+        with PostgresStore(postgres_dsn, schema=pg_schema, partitions=partitions) as old:
             service = SessionService(old)
             service.create("s")
             for i in range(3):
