@@ -577,7 +577,9 @@ def test_previous_response_id_sends_only_what_is_new(runner, server):
         False,
         False,
     )
-    assert [i["role"] for i in first["input"]] == ["system", "user"]
+    assert first["input"] == [{"type": "message", "role": "user", "content": "Weather in Oslo?"}]
+    # the system prompt goes as instructions, in every request (the API carries none over)
+    assert [r["instructions"] for r in (first, second, third)] == ["Be brief."] * 3
     assert second["previous_response_id"] == "resp_1"
     assert second["input"] == [
         {"type": "function_call_output", "call_id": "call_1", "output": "Oslo: 18C, clear"}

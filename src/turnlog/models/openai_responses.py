@@ -44,7 +44,9 @@ class OpenAIResponsesModel:
 
     With `previous_response_id=True`, OpenAI keeps the conversation instead: each reply is
     stored (`store: true`), its id is kept in the assistant message's metadata, and the next
-    request names it (`previous_response_id`) and sends only the messages after it.
+    request names it (`previous_response_id`) and sends only the messages after it, with the
+    system prompt as `instructions` (which the API does not carry over from one response to
+    the next).
 
     Pass your own configured `openai.OpenAI` client, or let the model build one from
     `base_url` and `api_key` (the key falls back to OPENAI_API_KEY, as in the client). The
@@ -134,11 +136,13 @@ class OpenAIResponsesModel:
     ) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model}
         if chained:
-            previous, rest = chain_start(messages)
-            request["input"] = to_responses_input(rest)
+            start = chain_start(messages)
+            if start.instructions is not None:
+                request["instructions"] = start.instructions
+            request["input"] = to_responses_input(start.messages)
             request["store"] = True
-            if previous is not None:
-                request["previous_response_id"] = previous
+            if start.previous is not None:
+                request["previous_response_id"] = start.previous
         else:
             request["input"] = to_responses_input(messages)
             request["store"] = False

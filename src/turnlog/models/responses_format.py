@@ -46,7 +46,7 @@ first (`SessionService.with_bytes`); here it is an `InvalidInput`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from turnlog.events import Message, ToolCall, ToolResult
 from turnlog.models.base import (
@@ -88,6 +88,7 @@ __all__ = [
     "PROVIDER",
     "RESPONSE_ID_KEY",
     "USAGE_KEY",
+    "ChainStart",
     "ResponseFailed",
     "ResponsesStream",
     "chain_start",
@@ -228,15 +229,34 @@ def to_responses_input(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def chain_start(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
-    """Where a request with `previous_response_id` starts: the id of the last stored response
-    among `messages` (an assistant message whose metadata holds `RESPONSE_ID_KEY`) and the
-    messages after it; (None, every message) when there is none."""
-    for i in range(len(messages) - 1, -1, -1):
-        found = messages[i].metadata.get(RESPONSE_ID_KEY)
-        if messages[i].role == "assistant" and isinstance(found, str) and found:
-            return found, list(messages[i + 1 :])
-    return None, list(messages)
+class ChainStart(NamedTuple):
+    """What a request with `previous_response_id` sends (see `chain_start`)."""
+
+    instructions: str | None
+    """The system messages' text, joined by a blank line; None when there is none."""
+    previous: str | None
+    """The id of the last stored response; None when there is none (a new chain)."""
+    messages: list[Message]
+    """The messages to send as input: those after that response, system messages aside."""
+
+
+def chain_start(messages: Sequence[Message]) -> ChainStart:
+    """Where a request with `previous_response_id` starts.
+
+    The system messages go as `instructions`, in every request: the API does not carry them
+    over from the previous response, so a changed system prompt takes effect at once. Of the
+    other messages, those after the last stored response (an assistant message whose metadata
+    holds `RESPONSE_ID_KEY`) are sent; every one when there is none.
+    """
+    system = [m for m in messages if m.role == "system"]
+    others = [m for m in messages if m.role != "system"]
+    texts = [_noted_text(m.parts) if m.parts else m.text or "" for m in system]
+    instructions = "\n\n".join(texts) if system else None
+    for i in range(len(others) - 1, -1, -1):
+        found = others[i].metadata.get(RESPONSE_ID_KEY)
+        if others[i].role == "assistant" and isinstance(found, str) and found:
+            return ChainStart(instructions, found, others[i + 1 :])
+    return ChainStart(instructions, None, others)
 
 
 def responses_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any]]:
