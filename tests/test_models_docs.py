@@ -77,3 +77,26 @@ def test_the_llama_cpp_python_example_sends_tool_choice_auto():
         assert body["tool_choice"] == "auto" and body["tools"][0]["function"]["name"] == "f"
     finally:
         server.close()
+
+
+def test_the_responses_example_runs_a_tool_loop_with_reasoning(monkeypatch, tmp_path, capsys):
+    from model_servers import out_call, out_message, out_reasoning, responses_reply
+
+    server = ScriptedServer()
+    thinking = out_reasoning("rs_1", ["**Weather**\n\nLook it up."], "gAAAAB-enc")
+    server.reply_json(
+        responses_reply([thinking, out_call("call_1", "get_weather", '{"city":"Oslo"}')])
+    )
+    server.reply_json(responses_reply([out_message("Clear and 18C in Oslo.")], response_id="r2"))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.chdir(tmp_path)  # the example's SessionService() writes turnlog.db here
+    try:
+        exec(block_with("OpenAIResponsesModel("), {})
+    finally:
+        server.close()
+    [printed] = re.findall(r"prints .*?\n\n```\n(.*?)```", DOC, re.S)
+    assert capsys.readouterr().out == printed
+    first, second = (r.body for r in server.requests)
+    assert first["reasoning"] == {"effort": "low", "summary": "auto"}
+    assert second["input"][1] == thinking  # sent back as it came, before its call
