@@ -22,14 +22,21 @@ synchronous=NORMAL), text only:
 - `service.view(sid)` of a 300-event session never compacted (the view is the whole log);
 - `service.events(sid)`, the whole 1,050-event log of the compacted session (context).
 
-Reported per contender: the medians in each checkout, head / base (ratio of the medians) and
-the median of the per-round head / base ratios (the verdict: each pair ran back to back).
+A block is timed in CPU time of the worker (`time.process_time`: user and system) and in wall
+time. Both workloads are CPU-bound (SQLite at synchronous=NORMAL writes to the page cache, no
+fsync), and on a shared machine the CPU time leaves out the waits for a core that other jobs
+cause, which swing the wall time by 2x from one block to the next. Reported per contender: the
+median CPU and wall time per operation in each checkout, and the median of the per-round
+head / base ratios (each pair ran back to back), of CPU time (the verdict) and of wall time.
 Target: within 5% (head / base <= 1.05).
 
-`--profile NAME` runs that contender under cProfile in both workers after the rounds and prints
-each one's functions by own time.
+`--profile NAME` runs that contender under cProfile in both workers after the rounds, three
+blocks each, and prints each one's functions by own time (cProfile's own cost per call
+inflates small functions: read it for where, and the table for how much).
 
-    python bench/parts_overhead.py [--quick] [--baseline SRC] [--profile 'sqlite append 1/call']
+    python bench/parts_overhead.py [--quick] [--baseline SRC] [--profile 'memory append 1/call']
+
+About 5-10 minutes on two busy cores (41 rounds); --quick about 30 s.
 """
 
 from __future__ import annotations
@@ -58,8 +65,9 @@ TARGET = 1.05
 HERE = Path(__file__).resolve().parent
 HEAD_SRC = HERE.parent / "src"
 SESSION = "bench-session"
+PROFILED = 3  # blocks run under cProfile by --profile
 
-# name -> (rounds' inner count, full / quick); each worker builds what (rounds + 1) blocks use
+# contender -> operations per timed block, per store; each worker builds what its blocks use
 KINDS = ("memory", "sqlite")
 WORKLOADS = {
     "append 1/call": {"memory": 1_000, "sqlite": 200},
@@ -75,7 +83,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few rounds")
     parser.add_argument("--seed", type=int, default=2, help="seed for content and round order")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 31; quick 5)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 41; quick 5)")
     parser.add_argument(
         "--baseline",
         default=None,
@@ -125,7 +133,7 @@ class Workload:
 
         for kind in KINDS:
             inner = {name: sizes[kind] for name, sizes in WORKLOADS.items()}
-            blocks = rounds + 2  # the warm-up, the rounds, one spare (a profile run)
+            blocks = rounds + 1 + PROFILED  # the warm-up, the rounds, the profiled blocks
 
             s1 = store(kind)
             self.blocks[f"{kind} append 1/call"] = _singles(
@@ -174,17 +182,20 @@ class Workload:
                 SessionService(whole).view, inner["view, 300 never compacted"], 300
             )
 
-    def run(self, name: str) -> float:
+    def run(self, name: str) -> tuple[float, float]:
+        """One timed block: (wall seconds, CPU seconds of this process) per operation."""
         block = self.blocks[name]
         gc.collect()
         gc.disable()
         try:
+            cpu = time.process_time()
             start = time.perf_counter()
             ops = block()
             elapsed = time.perf_counter() - start
+            cpu = time.process_time() - cpu
         finally:
             gc.enable()
-        return elapsed / ops
+        return elapsed / ops, cpu / ops
 
     def profile(self, name: str) -> str:
         import cProfile
@@ -192,8 +203,10 @@ class Workload:
         import pstats
 
         profiler = cProfile.Profile()
+        ops = 0
         profiler.enable()
-        ops = self.blocks[name]()
+        for _ in range(PROFILED):
+            ops += self.blocks[name]()
         profiler.disable()
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
@@ -266,7 +279,8 @@ def worker(src: str, rounds: int, seed: int) -> None:
         for line in sys.stdin:
             ask = json.loads(line)
             if ask["op"] == "run":
-                print(json.dumps({"seconds": work.run(ask["name"])}), flush=True)
+                wall, cpu = work.run(ask["name"])
+                print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
             elif ask["op"] == "profile":
                 print(json.dumps({"text": work.profile(ask["name"])}), flush=True)
             else:
@@ -308,6 +322,15 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
+def med(side: list[dict[str, float]], clock: str) -> float:
+    return statistics.median(x[clock] for x in side)
+
+
+def paired(head: list[dict[str, float]], base: list[dict[str, float]], clock: str) -> float:
+    """The median of the per-round head / base ratios."""
+    return statistics.median(x[clock] / y[clock] for x, y in zip(head, base, strict=True))
+
+
 @contextmanager
 def baseline_src(given: str | None) -> Iterator[str]:
     """`given`, or the src/ of a temporary worktree of BASE_COMMIT (removed afterwards)."""
@@ -334,7 +357,7 @@ def baseline_src(given: str | None) -> Iterator[str]:
 
 def main() -> None:
     args = parse()
-    rounds = args.rounds or (5 if args.quick else 31)
+    rounds = args.rounds or (5 if args.quick else 41)
     if args.worker is not None:
         worker(args.worker, rounds, args.seed)
         return
@@ -349,7 +372,9 @@ def main() -> None:
         print(f"base: turnlog from {base.where}\nhead: turnlog from {head.where}")
         names = list(head.names)
         assert names == base.names
-        samples: dict[str, dict[str, list[float]]] = {n: {"base": [], "head": []} for n in names}
+        samples: dict[str, dict[str, list[dict[str, float]]]] = {
+            n: {"base": [], "head": []} for n in names
+        }
         for name in names:  # warm-up
             base.ask("run", name)
             head.ask("run", name)
@@ -361,7 +386,7 @@ def main() -> None:
             for name in order:
                 pair = [("base", base), ("head", head)]
                 for side, w in pair if r % 2 else reversed(pair):
-                    samples[name][side].append(w.ask("run", name)["seconds"])
+                    samples[name][side].append(w.ask("run", name))
         took = time.perf_counter() - started
         profiles = {}
         if args.profile is not None:
@@ -372,32 +397,46 @@ def main() -> None:
         base.close()
         head.close()
 
-    print(f"\n{rounds} rounds in {took:.0f} s; us per operation (an append: per event)")
+    print(
+        f"\n{rounds} rounds in {took:.0f} s; us of CPU per operation (an append: per event), "
+        "medians; head/base: the median of the per-round ratios, of CPU time (the verdict) and "
+        "of wall-clock time"
+    )
     rows = []
     worst = 0.0
     for name in names:
         b, h = samples[name]["base"], samples[name]["head"]
-        paired = statistics.median(x / y for x, y in zip(h, b, strict=True))
-        worst = max(worst, paired)
+
+        cpu = paired(h, b, "cpu")
+        worst = max(worst, cpu)
         rows.append(
             [
                 name,
-                f"{statistics.median(b) * 1e6:,.2f}",
-                f"{statistics.median(h) * 1e6:,.2f}",
-                f"{statistics.median(h) / statistics.median(b):.3f}x",
-                f"{paired:.3f}x",
-                verdict(paired <= TARGET),
+                f"{med(b, 'cpu') * 1e6:,.2f}",
+                f"{med(h, 'cpu') * 1e6:,.2f}",
+                f"{cpu:.3f}x",
+                f"{paired(h, b, 'wall'):.3f}x",
+                f"{med(b, 'wall') * 1e6:,.2f}",
+                f"{med(h, 'wall') * 1e6:,.2f}",
+                verdict(cpu <= TARGET),
             ]
         )
     print(
         table(
-            ["contender", "base us", "head us", "head/base", "paired median", f"<= {TARGET}"],
+            [
+                "contender",
+                "base CPU us",
+                "head CPU us",
+                "head/base CPU",
+                "head/base wall",
+                "base wall us",
+                "head wall us",
+                f"<= {TARGET}",
+            ],
             rows,
         )
     )
-    print(
-        f"\nworst paired head/base: {worst:.3f}x (target <= {TARGET}): {verdict(worst <= TARGET)}"
-    )
+    print(f"\nworst head/base (CPU): {worst:.3f}x (target <= {TARGET}): {verdict(worst <= TARGET)}")
     for side, text in profiles.items():
         print(f"\n--- cProfile, {side}: {args.profile} ---\n{text}")
 
