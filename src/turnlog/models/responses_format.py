@@ -260,9 +260,9 @@ def chain_start(messages: Sequence[Message]) -> ChainStart:
 
 
 def responses_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any]]:
-    """The `tools` parameter for `tools` (empty when None): function tools, `strict` False
-    (the Responses API's default is strict, which refuses a schema with optional
-    parameters)."""
+    """The `tools` parameter for `tools` (empty when None): function tools, with `strict`
+    False said explicitly (strict mode refuses a schema with optional parameters, which a
+    tool made from a function with defaults has)."""
     out = []
     for tool in tools or ():
         neutral = tool.as_dict()
