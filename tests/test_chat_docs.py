@@ -94,3 +94,25 @@ def test_the_tool_timeout_example(server, tmp_path):
         exec(block_with("docs/chat.md", "tool_timeout=10"), namespace)
         chat = namespace["chat"]
         assert chat.tool_timeout == 10 and chat.tools["slow_weather"].timeout == 30
+
+
+def test_the_mcp_example_runs_the_time_server_from_pypi(server, tmp_path, capsys, monkeypatch):
+    import json
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    code = block_with("docs/chat.md", "mcp_server_time").replace(OLLAMA, server.url + "/v1")
+    assert server.url in code
+    asked = ("call_1", "clock_get_current_time", '{"timezone": "Asia/Tokyo"}')
+    server.reply_json(openai_completion(None, [asked]))
+    server.reply_json(openai_completion("It is evening in Tokyo."))
+    exec(code, {})
+    named, said = capsys.readouterr().out.strip().rsplit("\n", 1)
+    tool, content = named.split(" ", 1)  # the tool's JSON answer, over several lines
+    assert tool == "clock_get_current_time" and json.loads(content)["timezone"] == "Asia/Tokyo"
+    assert said == "It is evening in Tokyo."
+    offered = {t["function"]["name"] for t in server.requests[0].body["tools"]}
+    assert {"clock_get_current_time", "clock_convert_time"} <= offered
+    sent = server.requests[1].body["messages"][-1]
+    assert sent["role"] == "tool" and json.loads(sent["content"])["timezone"] == "Asia/Tokyo"
+    assert not [t for t in threading.enumerate() if t.name == "turnlog-mcp"]  # closed

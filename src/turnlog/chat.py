@@ -35,6 +35,7 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.mcp import MCPServer, MCPTools
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatModelAdapter,
@@ -78,6 +79,10 @@ class SessionChat:
         tools: functions (or `Tool`s) the model may call; see `turnlog.tools`.
         tool_search: offer the model one search tool and the tools it discovered instead of
             every tool; `tools` are what it searches.
+        mcp: MCP servers (`turnlog.mcp.MCPServer`) whose tools join `tools` (after them: a
+            local tool keeps its name); started on first use, listed again when a server says
+            its tools changed, stopped by `close` (or leaving `with`). A call that
+            fails on the server side becomes an error result. See `turnlog.mcp`.
         trigger: when to compact after a turn (with `strategy`); None never compacts.
         strategy: how to compact (with `trigger`).
         retries: compaction passes re-run after losing a race to another writer.
@@ -123,6 +128,7 @@ class SessionChat:
         system: str | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
         tool_search: ToolSearch | None = None,
+        mcp: Sequence[MCPServer] = (),
         trigger: CompactionTrigger | None = None,
         strategy: CompactionStrategy | None = None,
         retries: int = 2,
@@ -193,6 +199,8 @@ class SessionChat:
         self.max_tool_result_tokens = max_tool_result_tokens
         self.at_most_once = bool(at_most_once)
         self._references = [t.reference for t in self.tools.values()]
+        reserved = [*self.tools, *([SEARCH_TOOL_NAME] if tool_search is not None else [])]
+        self._mcp = MCPTools(mcp, reserved=reserved) if mcp else None
 
     # -- the public calls -------------------------------------------------------------------
 
@@ -265,7 +273,7 @@ class SessionChat:
         if request_id is not None and not replayed:
             _check_not_superseded(view, stored, request_id, session_id)
         if self.tool_search is not None and not replayed:
-            self.tool_search.prepare(session_id, self._references)
+            self.tool_search.prepare(session_id, self._tool_references())
         call = sum(1 for e in stored if e.role == "assistant")
         responses: list[ChatResponse] = []
         runs: list[ToolRun] = []
@@ -454,7 +462,13 @@ class SessionChat:
         """The tool definitions to send: every tool, or the search tool and what it found."""
         if self.tool_search is not None:  # prepared once per turn, in _turn
             return self.tool_search.offered_tools(session_id)
-        return self._references or None
+        return self._tool_references() or None
+
+    def _tool_references(self) -> list[ToolReference]:
+        """The runner's tools, then the MCP servers' (listed again after a change)."""
+        if self._mcp is None:
+            return self._references
+        return [*self._references, *self._mcp.references()]
 
     def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[ToolRun]:
         """Run the calls of one assistant message (at once, on the asyncio runner)."""
@@ -465,6 +479,8 @@ class SessionChat:
         if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
             answer = self.tool_search.answer_call(session_id, call.arguments)
             return ToolResult(call.id, call.name, answer)
+        if self._mcp is not None and call.name not in self.tools:
+            return self._mcp.call(call, self.tool_timeout, others=self.tools)
         return run_tool(self.tools, call, self.tool_timeout)
 
     def _compact(
@@ -498,6 +514,18 @@ class SessionChat:
             return None, exc
         warn_if_refires(session_id, result)
         return result, None
+
+    def close(self) -> None:
+        """Close the MCP servers' sessions (stdio servers stop; the next turn starts them
+        again). The service stays open: it is the caller's."""
+        if self._mcp is not None:
+            self._mcp.close()
+
+    def __enter__(self) -> SessionChat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -33,6 +33,7 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.mcp import MCPServer
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     AsyncChatModelAdapter,
@@ -63,6 +64,10 @@ from turnlog.turns import ChatEvent, ChatTurn, ToolRun, TurnIds, total_usage
 if True:  # ASYNC
     import asyncio
 
+    from turnlog.mcp import AsyncioMCPTools as MCPTools
+else:
+    from turnlog.mcp import MCPTools
+
 __all__ = ["CLAIM_TYPE", "NO_REPLY", "AsyncSessionChat"]
 
 logger: Final = logging.getLogger("turnlog.chat")
@@ -79,6 +84,10 @@ class AsyncSessionChat:
         tools: functions (or `Tool`s) the model may call; see `turnlog.tools`.
         tool_search: offer the model one search tool and the tools it discovered instead of
             every tool; `tools` are what it searches.
+        mcp: MCP servers (`turnlog.mcp.MCPServer`) whose tools join `tools` (after them: a
+            local tool keeps its name); started on first use, listed again when a server says
+            its tools changed, stopped by `aclose` (or leaving `async with`). A call that
+            fails on the server side becomes an error result. See `turnlog.mcp`.
         trigger: when to compact after a turn (with `strategy`); None never compacts.
         strategy: how to compact (with `trigger`).
         retries: compaction passes re-run after losing a race to another writer.
@@ -124,6 +133,7 @@ class AsyncSessionChat:
         system: str | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
         tool_search: AsyncToolSearch | None = None,
+        mcp: Sequence[MCPServer] = (),
         trigger: CompactionTrigger | None = None,
         strategy: CompactionStrategy | None = None,
         retries: int = 2,
@@ -204,6 +214,8 @@ class AsyncSessionChat:
         self.max_tool_result_tokens = max_tool_result_tokens
         self.at_most_once = bool(at_most_once)
         self._references = [t.reference for t in self.tools.values()]
+        reserved = [*self.tools, *([SEARCH_TOOL_NAME] if tool_search is not None else [])]
+        self._mcp = MCPTools(mcp, reserved=reserved) if mcp else None
 
     # -- the public calls -------------------------------------------------------------------
 
@@ -276,7 +288,7 @@ class AsyncSessionChat:
         if request_id is not None and not replayed:
             _check_not_superseded(view, stored, request_id, session_id)
         if self.tool_search is not None and not replayed:
-            self.tool_search.prepare(session_id, self._references)
+            self.tool_search.prepare(session_id, await self._tool_references())
         call = sum(1 for e in stored if e.role == "assistant")
         responses: list[ChatResponse] = []
         runs: list[ToolRun] = []
@@ -469,7 +481,13 @@ class AsyncSessionChat:
         """The tool definitions to send: every tool, or the search tool and what it found."""
         if self.tool_search is not None:  # prepared once per turn, in _turn
             return await self.tool_search.offered_tools(session_id)
-        return self._references or None
+        return (await self._tool_references()) or None
+
+    async def _tool_references(self) -> list[ToolReference]:
+        """The runner's tools, then the MCP servers' (listed again after a change)."""
+        if self._mcp is None:
+            return self._references
+        return [*self._references, *await self._mcp.references()]
 
     async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[ToolRun]:
         """Run the calls of one assistant message (at once, on the asyncio runner)."""
@@ -483,6 +501,8 @@ class AsyncSessionChat:
         if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
             answer = await self.tool_search.answer_call(session_id, call.arguments)
             return ToolResult(call.id, call.name, answer)
+        if self._mcp is not None and call.name not in self.tools:
+            return await self._mcp.call(call, self.tool_timeout, others=self.tools)
         return await run_tool_async(self.tools, call, self.tool_timeout)
 
     async def _compact(
@@ -516,6 +536,18 @@ class AsyncSessionChat:
             return None, exc
         warn_if_refires(session_id, result)
         return result, None
+
+    async def aclose(self) -> None:
+        """Close the MCP servers' sessions (stdio servers stop; the next turn starts them
+        again). The service stays open: it is the caller's."""
+        if self._mcp is not None:
+            await self._mcp.aclose()
+
+    async def __aenter__(self) -> AsyncSessionChat:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return (
