@@ -239,6 +239,27 @@ def test_local_tools_keep_their_names_and_a_prefix_separates(http_url, caplog):
     assert any("'echo' is left out" in r.getMessage() for r in caplog.records)
 
 
+def test_tool_search_finds_mcp_tools(http_url):
+    from turnlog.toolsearch import ToolSearch
+
+    model = ScriptedChatModel(
+        [
+            Message.assistant(None, [call("tool_search", {"query": "png picture caption"})]),
+            Message.assistant(None, [call("picture", {}, "c2")]),
+            "found it",
+        ]
+    )
+    with SessionService(MemoryStore()) as service:
+        search = ToolSearch(service=service)
+        with SessionChat(
+            service, model, mcp=[MCPServer.http(http_url)], tool_search=search
+        ) as chat:
+            turn = chat.send("s1", "show me the picture")
+    assert [t.name for t in model.tools[0]] == ["tool_search"]
+    assert "picture" in {t.name for t in model.tools[1]}  # found, then offered
+    assert turn.tool_runs[1].result.parts[1] == ImagePart("image/png", data=toolbox.PNG)
+
+
 def test_the_async_runner_runs_mcp_calls_at_once(http_url):
     async def main():
         model = AsyncScriptedChatModel(
