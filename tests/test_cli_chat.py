@@ -345,6 +345,71 @@ def test_a_failed_compaction_is_a_warning_and_the_reply_stands(
     assert [e.message.text for e in log] == ["q1", "A1", "q2", "A2"]  # nothing of it written
 
 
+# -- how full the context window is ------------------------------------------------------------
+
+# a model of each provider that turnlog.models.windows lists, and its window
+KNOWN_MODELS = {"openai": ("gpt-4o-mini", "128,000"), "anthropic": ("claude-sonnet-4-5", "200,000")}
+
+
+def test_a_context_line_after_each_turn_of_a_known_model(
+    tmp_path, server, provider, capsys, monkeypatch
+):
+    name, window = KNOWN_MODELS[provider]
+    stream(server, provider, ["First."], input_tokens=64_000)
+    stream(server, provider, ["Second."], input_tokens=100_000)
+
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, provider,
+        "s1", "--model", name, stdin="one\ntwo\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert err == ""  # 50% and 78% of 128,000 (32% and 50% of 200,000): no warning
+    lines = out.splitlines()
+    assert [line for line in lines if not line.startswith("[")] == ["First.", "Second."]
+    shown = [
+        re.fullmatch(r"\[context: ([\d,]+) / ([\d,]+) tokens \((\d+)%\)\]", line) for line in lines
+    ]
+    assert shown[0] is None and shown[2] is None  # each line follows its turn's reply
+    cached = 32 if provider == "anthropic" else 0  # the Messages fixture's cache reads
+    for found, reported in ((shown[1], 64_000 + cached), (shown[3], 100_000 + cached)):
+        assert found, out
+        tokens = int(found[1].replace(",", ""))
+        # the report counted the prompt; the reply ("First." or "Second.") adds a few tokens
+        assert reported < tokens <= reported + 10
+        assert found[2] == window
+        assert int(found[3]) == round(100 * tokens / int(window.replace(",", "")))
+
+
+def test_over_ninety_percent_the_context_line_comes_with_one_warning(
+    tmp_path, server, capsys, monkeypatch
+):
+    stream(server, "openai", ["Full."], input_tokens=120_000)
+    stream(server, "openai", ["Fuller."], input_tokens=125_000)
+
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, "openai",
+        "s1", "--model", "gpt-4o-mini-2024-07-18", stdin="one\ntwo\n",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert re.search(r"^\[context: 120,0\d\d / 128,000 tokens \(94%\)\]$", out, re.M), out
+    assert re.search(r"^\[context: 125,0\d\d / 128,000 tokens \(98%\)\]$", out, re.M), out
+    warnings = err.splitlines()
+    assert len(warnings) == 1, err  # once for the session, not once per turn
+    assert warnings[0].startswith("turnlog: warning: session 's1' holds 120,0")
+    assert "94% of the 128,000-token context window" in warnings[0]
+
+
+def test_no_context_line_for_a_model_whose_window_is_unknown(tmp_path, server, capsys, monkeypatch):
+    stream(server, "openai", ["Hi."], input_tokens=10**9)
+    code, out, err = chat(
+        capsys, monkeypatch, tmp_path / "c.db", server, "openai",
+        "s1", "--model", "llama3.2", stdin="hi\n",
+    )  # fmt: skip
+    assert (code, out, err) == (0, "Hi.\n", "")
+
+
 # -- failures ----------------------------------------------------------------------------------
 
 

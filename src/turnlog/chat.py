@@ -23,6 +23,14 @@ from turnlog.compaction import CompactionResult, CompactionStrategy, CompactionT
 from turnlog.compaction._checks import check_function
 from turnlog.compaction.base import warn_if_refires
 from turnlog.compaction.reported import usage_metadata
+from turnlog.compaction.triggers import bind_context_window
+from turnlog.context_usage import (
+    DEFAULT_CONTEXT_WARNING,
+    ContextMeter,
+    ContextUsage,
+    model_limits,
+    model_name,
+)
 from turnlog.durations import Duration, to_timedelta
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded, VersionConflict
 from turnlog.events import (
@@ -41,6 +49,7 @@ from turnlog.models.base import (
     ChatModelAdapter,
     ChatResponse,
 )
+from turnlog.models.windows import ModelLimits
 from turnlog.reasoning import (
     DEFAULT_REASONING,
     ReasoningPolicy,
@@ -111,13 +120,19 @@ class SessionChat:
             loop sent without its thinking). See `turnlog.reasoning`. The strategy's and the
             trigger's token counts must include at least what is sent: the built-in ones take
             the same `reasoning=`, with the same default.
+        limits: the model's context window and output limit, over the table's
+            (`turnlog.models.windows`, looked up by the adapter's `model` name); a
+            `TokenCountTrigger.fraction` without its own window is bound to it here.
+        context_warning: the share of the window above which `context_usage` logs a WARNING
+            on the "turnlog.chat" logger, once per session (0.9 by default; None never).
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
             other flavour: the blocking and the asyncio runner each take their own), `trigger`
             without `strategy` or the reverse, two tools of one name, a `reasoning` other than
             "all", "current_turn" and "none", a strategy or trigger whose `reasoning` counts
-            less reasoning than this one sends.
+            less reasoning than this one sends, a `TokenCountTrigger.fraction` without a
+            window for a model whose window is unknown (no `limits` and not in the table).
     """
 
     def __init__(
@@ -139,6 +154,8 @@ class SessionChat:
         max_tool_result_tokens: int | None = DEFAULT_MAX_TOOL_RESULT_TOKENS,
         at_most_once: bool = False,
         reasoning: ReasoningPolicy = DEFAULT_REASONING,
+        limits: ModelLimits | None = None,
+        context_warning: float | None = DEFAULT_CONTEXT_WARNING,
     ) -> None:
         if not isinstance(service, SessionService):
             raise InvalidInput(f"service must be a SessionService, got {type(service).__name__}")
@@ -164,14 +181,19 @@ class SessionChat:
             check_function(trigger, "trigger", "(CompactionRequest) -> bool")
         if strategy is not None and not callable(getattr(strategy, "compact", None)):
             raise InvalidInput("strategy must have compact(request), e.g. WindowCompactionStrategy")
-        limits = ((retries, "retries", 0), (max_tool_rounds, "max_tool_rounds", 1))
-        for value, what, least in limits:
+        counts = ((retries, "retries", 0), (max_tool_rounds, "max_tool_rounds", 1))
+        for value, what, least in counts:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidInput(f"{what} must be an integer >= {least}, got {value!r}")
         if ttl is not None:
             to_timedelta(ttl, "ttl")
         check_timeout(tool_timeout, "tool_timeout")
         self.reasoning: ReasoningPolicy = check_reasoning_policy(reasoning)
+        self.limits = model_limits(model, limits)
+        window = None if self.limits is None else self.limits.prompt_window
+        if trigger is not None:
+            trigger = bind_context_window(trigger, window, model_name(model))
+        self._meter = ContextMeter(self.limits, self.reasoning, context_warning, model_name(model))
         check_counted_reasoning(self.reasoning, strategy, trigger)
         if max_tool_result_tokens is not None and (
             isinstance(max_tool_result_tokens, bool)
@@ -245,6 +267,21 @@ class SessionChat:
         yielded). Arguments, and what is raised, as for `send`.
         """
         return self._turn(session_id, text, request_id, streaming=True)
+
+    def context_usage(self, session_id: str) -> ContextUsage:
+        """How much of the model's context window the session's view takes.
+
+        The tokens are counted as `TokenCountTrigger` counts them (see `ContextUsage`); the
+        window is `limits`' prompt window. The first time a session's share exceeds
+        `context_warning`, a WARNING is logged on the "turnlog.chat" logger (once per session
+        and runner).
+
+        Raises:
+            InvalidInput: a bad session id.
+            SessionNotFound: no such session.
+        """
+        check_id(session_id, "session id")
+        return self._meter.measure(session_id, self.service.view(session_id))
 
     # -- one turn ---------------------------------------------------------------------------
 

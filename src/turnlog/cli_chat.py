@@ -2,8 +2,9 @@
 
 A thin shell over `SessionChat`: it builds the model from the options and the environment,
 reads user messages (each line of stdin, or one `--message`), streams each reply to stdout and
-prints a bracketed line for each tool call run, each compaction and, with `--usage`, the
-provider's counts. The API key comes only from the environment, never from an option, so it
+prints a bracketed line for each tool call run, each compaction, how full the model's context
+window is (for a model turnlog.models.windows lists) and, with `--usage`, the provider's counts.
+The API key comes only from the environment, never from an option, so it
 stays out of shell history and the process list.
 """
 
@@ -32,6 +33,7 @@ from turnlog.compaction import (
     WindowCompactionStrategy,
 )
 from turnlog.compaction.base import NOT_SMALLER
+from turnlog.context_usage import ContextUsage
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
 from turnlog.events import check_id
 from turnlog.models.base import Usage
@@ -50,6 +52,7 @@ __all__ = [
     "api_key",
     "chat_settings",
     "cmd_chat",
+    "context_line",
     "error_line",
     "provider_api",
 ]
@@ -333,6 +336,14 @@ def usage_line(usage: Usage) -> str:
     )
 
 
+def context_line(usage: ContextUsage) -> str | None:
+    """How full the model's context window is after a turn; None when the window is unknown
+    (a model turnlog.models.windows does not list)."""
+    if usage.window is None or usage.share is None:
+        return None
+    return f"[context: {usage.tokens:,} / {usage.window:,} tokens ({usage.share:.0%})]"
+
+
 def _messages(args: argparse.Namespace) -> Iterator[str]:
     """The user's messages: --message, else each non-blank line of stdin."""
     if args.message is not None:
@@ -498,6 +509,9 @@ def _turn(
             elif isinstance(event, ChatTurn):
                 out.end_line()
                 _after(out, event, recorder, args.usage)
+                context = context_line(chat.context_usage(args.session))
+                if context is not None:
+                    out.note(context)
                 warnings.flush_lines(drop=event.compaction_error is not None)
     except KeyboardInterrupt:  # Ctrl-C during the reply: back to the prompt, not out
         out.end_line()
