@@ -22,9 +22,11 @@ from turnlog.rules import check_append, needs_tail, tail_of_events
 from turnlog.stores.attachments import (
     DEFAULT_LIMITS,
     AttachmentLimits,
+    Split,
     check_read_range,
     check_ref,
     check_refs_known,
+    has_media,
     split_attachments,
 )
 from turnlog.stores.base import (
@@ -172,8 +174,13 @@ class MemoryStore:
         check_rules: bool = True,
     ) -> int:
         batch = check_batch(session_id, events, expected_version)
-        split = split_attachments(batch, self._limits)
-        batch = split.events
+        split = None
+        for e in batch:  # the split only when an event has media: a text batch pays one test
+            m = e.message
+            if m is not None and (m.parts or m.tool_results) and has_media(m):
+                split = split_attachments(batch, self._limits)
+                batch = split.events
+                break
         with self._lock:
             log = self._log(session_id)
             fresh = []
@@ -198,15 +205,8 @@ class MemoryStore:
             check_boundaries(fresh, known)
             if check_rules:
                 check_append(tail_of_events(log.events) if needs_tail(fresh) else EMPTY, fresh)
-            if split.named:
-                held = {r: len(self._blobs[r]) for r in split.named if r in log.attachments}
-                held.update((r, len(b)) for r, b in split.blobs.items())
-                check_refs_known(session_id, split.named, held)
-            for ref, data in split.blobs.items():
-                if ref not in log.attachments:
-                    log.attachments.add(ref)
-                    self._users[ref] = self._users.get(ref, 0) + 1
-                    self._blobs.setdefault(ref, data)
+            if split is not None:
+                self._store_attachments(log, session_id, split)
             now = self._clock()
             for offset, event in enumerate(fresh, start=actual + 1):
                 stored = stamped(event, offset, event.timestamp or now)
@@ -216,6 +216,19 @@ class MemoryStore:
                 if stored.type == EventType.COMPACTION:
                     log.boundary_at = offset - 1
             return len(log.events)
+
+    def _store_attachments(self, log: _Log, session_id: str, split: Split) -> None:
+        """Keep the bytes of `split` for the session (under the lock); refuse references the
+        session does not hold."""
+        if split.named:
+            held = {r: len(self._blobs[r]) for r in split.named if r in log.attachments}
+            held.update((r, len(b)) for r, b in split.blobs.items())
+            check_refs_known(session_id, split.named, held)
+        for ref, data in split.blobs.items():
+            if ref not in log.attachments:
+                log.attachments.add(ref)
+                self._users[ref] = self._users.get(ref, 0) + 1
+                self._blobs.setdefault(ref, data)
 
     def append_event(self, event: SessionEvent, *, check_rules: bool = True) -> SessionEvent:
         check_event(event)
