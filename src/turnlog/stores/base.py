@@ -8,7 +8,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from datetime import UTC, datetime
 from typing import overload
 
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import (
     EventType,
@@ -20,6 +19,7 @@ from turnlog.events import (
     check_json,
     trusted_copy,
 )
+from turnlog.payloads import CompactionBoundary
 from turnlog.rules import EMPTY_TAIL, Tail, check_append, needs_tail, tail_of
 
 __all__ = [

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import (
     AttachmentNotFound,
     InvalidInput,
@@ -17,6 +16,7 @@ from turnlog.errors import (
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
+from turnlog.payloads import CompactionBoundary
 from turnlog.rules import EMPTY_TAIL as EMPTY
 from turnlog.rules import check_append, needs_tail, tail_of_events
 from turnlog.stores.attachments import (

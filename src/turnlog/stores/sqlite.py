@@ -29,7 +29,6 @@ from turnlog.codec import (
     message_ids,
     to_micros,
 )
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     AttachmentNotFound,
@@ -42,6 +41,7 @@ from turnlog.errors import (
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
+from turnlog.payloads import CompactionBoundary
 from turnlog.rules import (
     EMPTY_TAIL,
     STARTED,

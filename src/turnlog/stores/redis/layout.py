@@ -24,10 +24,10 @@ from turnlog.codec import (
     lazy_events_from_rows,
     to_micros,
 )
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import CorruptData, InvalidInput
 from turnlog.events import Session, SessionEvent
 from turnlog.lazy import LazyEvents
+from turnlog.payloads import CompactionBoundary
 from turnlog.stores.attachments import Split, check_ref
 from turnlog.stores.base import check_boundaries
 
