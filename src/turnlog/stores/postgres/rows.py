@@ -18,9 +18,9 @@ from turnlog.codec import (
     events_from_rows,
     to_micros,
 )
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.payloads import CompactionBoundary
 from turnlog.stores.attachments import Split, refs_in
 from turnlog.stores.base import check_boundaries
 from turnlog.stores.postgres.queries import Queries

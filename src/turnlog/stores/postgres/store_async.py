@@ -24,7 +24,6 @@ from typing import Any, Final
 import psycopg
 
 from turnlog.codec import dump_json, encode_body, lazy_events_from_rows, message_ids, to_micros
-from turnlog.compaction.boundary import CompactionBoundary
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     AttachmentNotFound,
@@ -37,6 +36,7 @@ from turnlog.errors import (
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
 from turnlog.lazy import LazyEvents
+from turnlog.payloads import CompactionBoundary
 from turnlog.rules import Tail, check_append, needs_tail
 from turnlog.stores.attachments import (
     DEFAULT_LIMITS,
