@@ -159,6 +159,8 @@ class AttachmentContract(ContractBase):
         for sid in ("a", "b"):
             store.create_session(session_at(sid))
         store.append_events("a", [msg("a", Message.user("x", *_images(shared, own)))], 0)
+        store.append_events("a", [msg("a", Message.assistant("ok"))], 1)
+        store.append_events("a", [msg("a", _image_message(shared))], 2)  # again, apart
         store.append_events("b", [msg("b", _image_message(shared))], 0)
         assert self.count_attachments(store) == (
             2 if self.attachments_shared_across_sessions else 3
