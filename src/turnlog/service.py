@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -416,6 +415,8 @@ class SessionService:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise InvalidInput(f"chunk_size must be a positive integer, got {chunk_size!r}")
         check_ref(ref)
+        import hashlib  # here: `import turnlog` does not load it (tests/test_cold_start.py)
+
         digest = hashlib.sha256()
         offset = 0
         chunk = self.store.read_attachment(session_id, ref, 0, chunk_size)

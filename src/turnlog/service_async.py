@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -418,6 +417,8 @@ class AsyncSessionService:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise InvalidInput(f"chunk_size must be a positive integer, got {chunk_size!r}")
         check_ref(ref)
+        import hashlib  # here: `import turnlog` does not load it (tests/test_cold_start.py)
+
         digest = hashlib.sha256()
         offset = 0
         chunk = await self.store.read_attachment(session_id, ref, 0, chunk_size)

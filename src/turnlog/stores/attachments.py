@@ -14,7 +14,6 @@ bytes, and the checks of references and of bytes read back. No I/O.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -100,6 +99,8 @@ class Split:
 
 def ref_of(data: bytes) -> str:
     """The attachment reference of `data`: `"sha256:"` and the hex digest."""
+    import hashlib  # here: `import turnlog` does not load it (tests/test_cold_start.py)
+
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
