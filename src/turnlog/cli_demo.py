@@ -409,7 +409,7 @@ def _next_steps(target: argparse.Namespace) -> str:
         f"  {turnlog} show demo-summary --log",
         f"  {turnlog} show {FILES_SESSION} --log --json",
         f"  {turnlog} compact demo-last-turns --last-turns 1",
-        f"  {turnlog} import FILE      (OpenAI chat messages as JSON or JSONL, or ShareGPT)",
+        f"  {turnlog} import FILE      (OpenAI or Anthropic messages, JSON or JSONL; ShareGPT)",
     ]
     if target.hidden_password:
         lines.append("  (put your password back in the URL: it is not printed)")
