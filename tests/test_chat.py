@@ -89,6 +89,7 @@ def test_a_text_turn_stores_system_user_and_reply_with_the_providers_counts(harn
     assert usage["cached_input_tokens"] == 40 and usage["model"] == "scripted"
     assert usage["stop_reason"] == "stop"
     assert usage["prompt"] == prompt_digest(harness.service.events("s1")[:2])
+    assert "reasoning_tokens" not in usage  # stored only when the provider reports it
     assert turn.usage == Usage(102, 7, 40)
     assert [e.id for e in turn.events] == [e.id for e in harness.service.events("s1")]
     # the reply's own count (stored at append, by the service's counter) is kept apart from

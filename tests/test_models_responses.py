@@ -121,7 +121,7 @@ def test_a_text_reply_with_usage_model_and_stop_reason(server, model):
 
     assert response == ChatResponse(
         Message("assistant", "Hello there.", metadata={USAGE_KEY: RESPONSES_USAGE}),
-        Usage(input_tokens=42, output_tokens=17, cached_input_tokens=32),
+        Usage(input_tokens=42, output_tokens=17, cached_input_tokens=32, reasoning_tokens=10),
         "gpt-test-2025",
         "completed",
     )
@@ -498,6 +498,7 @@ def test_usage_with_cached_and_reasoning_tokens_is_stored_exactly(runner, server
     reported = event.metadata[REPORTED]
     assert (reported["input_tokens"], reported["output_tokens"]) == (5120, 913)
     assert reported["cached_input_tokens"] == 4096
+    assert reported["reasoning_tokens"] == 768
     assert reported["stop_reason"] == "completed"
 
 

@@ -287,6 +287,7 @@ def test_a_reply_is_read_with_its_usage_and_stop_reason():
     }
     assert (response.usage.input_tokens, response.usage.output_tokens) == (1200, 300)
     assert response.usage.cached_input_tokens == 1024
+    assert response.usage.reasoning_tokens == 256
     assert (response.model, response.stop_reason) == ("gpt-5-mini-2025", "content_filter")
     assert "openai_responses.response_id" not in response_from_responses(body).message.metadata
     with pytest.raises(MalformedReply, match="no valid 'output'"):

@@ -433,6 +433,7 @@ class SessionChat:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cached_input_tokens=usage.cached_input_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
             model=response.model,
             stop_reason=response.stop_reason,
             prompt=sent,

@@ -330,9 +330,11 @@ def usage_line(usage: Usage) -> str:
 
     cached = usage.cached_input_tokens
     extra = f" ({shown(cached)} cached)" if cached else ""
+    reasoning = usage.reasoning_tokens
+    thought = f" ({shown(reasoning)} reasoning)" if reasoning else ""
     return (
         f"[usage: {shown(usage.input_tokens)} input tokens{extra}, "
-        f"{shown(usage.output_tokens)} output tokens]"
+        f"{shown(usage.output_tokens)} output tokens{thought}]"
     )
 
 

@@ -76,6 +76,7 @@ def total_usage(responses: Sequence[ChatResponse]) -> Usage:
         input_tokens=add([r.usage.input_tokens for r in responses]),
         output_tokens=add([r.usage.output_tokens for r in responses]),
         cached_input_tokens=add([r.usage.cached_input_tokens for r in responses]),
+        reasoning_tokens=add([r.usage.reasoning_tokens for r in responses]),
     )
 
 

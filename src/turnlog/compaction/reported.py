@@ -48,6 +48,7 @@ def usage_metadata(
     model: str,
     stop_reason: str | None,
     prompt: Sequence[SessionEvent],
+    reasoning_tokens: int | None = None,
 ) -> dict[str, JsonValue]:
     """The metadata to store on the assistant event a call produced.
 
@@ -58,17 +59,19 @@ def usage_metadata(
         model: the model that answered.
         stop_reason: why it stopped, in the provider's words.
         prompt: the events whose messages were sent, in order.
+        reasoning_tokens: how many output tokens went to reasoning; stored only when given.
     """
-    return {
-        USAGE_KEY: {
-            "input_tokens": _count(input_tokens),
-            "output_tokens": _count(output_tokens),
-            "cached_input_tokens": _count(cached_input_tokens),
-            "model": model,
-            "stop_reason": stop_reason,
-            "prompt": prompt_digest(prompt),
-        }
+    entry: dict[str, JsonValue] = {
+        "input_tokens": _count(input_tokens),
+        "output_tokens": _count(output_tokens),
+        "cached_input_tokens": _count(cached_input_tokens),
+        "model": model,
+        "stop_reason": stop_reason,
+        "prompt": prompt_digest(prompt),
     }
+    if _count(reasoning_tokens) is not None:
+        entry["reasoning_tokens"] = reasoning_tokens
+    return {USAGE_KEY: entry}
 
 
 @dataclass(frozen=True, slots=True)

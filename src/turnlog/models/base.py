@@ -76,6 +76,10 @@ class Usage:
     """The tokens of the reply."""
     cached_input_tokens: int | None = None
     """How many of `input_tokens` were read from the provider's prompt cache."""
+    reasoning_tokens: int | None = None
+    """How many of `output_tokens` the model spent reasoning (OpenAI's reasoning tokens,
+    Gemini's thought tokens); None where the provider does not report them apart (Anthropic
+    counts thinking in `output_tokens` alone)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -357,7 +357,14 @@ def _usage(raw: object) -> Usage:
         return Usage()
     details = raw.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(count(raw.get("input_tokens")), count(raw.get("output_tokens")), count(cached))
+    out_details = raw.get("output_tokens_details")
+    reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
+    return Usage(
+        count(raw.get("input_tokens")),
+        count(raw.get("output_tokens")),
+        count(cached),
+        count(reasoning),
+    )
 
 
 def _failure(error: object, status: str) -> ResponseFailed:
