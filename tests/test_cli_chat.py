@@ -30,8 +30,9 @@ from model_servers import (
 from turnlog import EventType, SessionService, SqliteStore
 from turnlog.chat import NO_REPLY
 from turnlog.cli import _parser, main
-from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings, provider_api
+from turnlog.cli_chat import PLACEHOLDER_KEY, chat_settings, provider_api, usage_line
 from turnlog.cli_render import view_tokens
+from turnlog.models import Usage
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_VARIABLES = ("TURNLOG_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -725,3 +726,10 @@ def test_a_ctrl_c_right_after_a_delta_is_written_still_ends_its_line(monkeypatch
         printer.text("partial ")
     printer.end_line()
     assert out.getvalue() == "partial \n"
+
+
+def test_the_usage_line_shows_the_cached_and_reasoning_shares_only_when_reported():
+    assert usage_line(Usage(1234, 56, 1024, 32)) == (
+        "[usage: 1,234 input tokens (1,024 cached), 56 output tokens (32 reasoning)]"
+    )
+    assert usage_line(Usage(None, 5)) == "[usage: ? input tokens, 5 output tokens]"
