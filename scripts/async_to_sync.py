@@ -57,6 +57,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("src/turnlog/models/openai_async.py", "src/turnlog/models/openai.py"),
     ("src/turnlog/models/anthropic_async.py", "src/turnlog/models/anthropic.py"),
     ("src/turnlog/models/openai_responses_async.py", "src/turnlog/models/openai_responses.py"),
+    ("src/turnlog/models/gemini_async.py", "src/turnlog/models/gemini.py"),
     ("src/turnlog/chat_async.py", "src/turnlog/chat.py"),
 )
 
@@ -73,10 +74,12 @@ RENAMES = {
     "AsyncAnthropic": "Anthropic",
     "AsyncAnthropicChatModel": "AnthropicChatModel",
     "AsyncChatModelAdapter": "ChatModelAdapter",
+    "AsyncClient": "Client",
     "AsyncConn": "Conn",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnections": "Connections",
+    "AsyncGeminiChatModel": "GeminiChatModel",
     "AsyncIterator": "Iterator",
     "AsyncMemoryStore": "MemoryStore",
     "AsyncOpenAI": "OpenAI",
@@ -99,6 +102,7 @@ RENAMES = {
     "connections_async": "connections",
     "core_async": "core",
     "fires_async": "fires",
+    "gemini_async": "gemini",
     "memory_async": "memory",
     "migrate_async": "migrate",
     "open_store_async": "open_store",

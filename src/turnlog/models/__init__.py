@@ -3,8 +3,9 @@
 `OpenAIChatModel` / `AsyncOpenAIChatModel` speak Chat Completions and `OpenAIResponsesModel` /
 `AsyncOpenAIResponsesModel` the Responses API (both `pip install 'turnlog[openai]'`);
 `AnthropicChatModel` / `AsyncAnthropicChatModel` speak the Messages API (`pip install
-'turnlog[anthropic]'`). They are imported on first use, so `import turnlog` and
-`import turnlog.models` never need either package. See docs/models.md.
+'turnlog[anthropic]'`); `GeminiChatModel` / `AsyncGeminiChatModel` the Gemini API (`pip install
+'turnlog[gemini]'`). They are imported on first use, so `import turnlog` and
+`import turnlog.models` never need any of those packages. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from turnlog.models.anthropic_async import (
         AsyncAnthropicChatModel as AsyncAnthropicChatModel,
     )
+    from turnlog.models.gemini import GeminiChatModel as GeminiChatModel
+    from turnlog.models.gemini_async import AsyncGeminiChatModel as AsyncGeminiChatModel
     from turnlog.models.openai import OpenAIChatModel as OpenAIChatModel
     from turnlog.models.openai_async import AsyncOpenAIChatModel as AsyncOpenAIChatModel
     from turnlog.models.openai_responses import (
@@ -52,6 +55,12 @@ if TYPE_CHECKING:
         """Never called: mypy checks that the Responses adapters implement the protocols."""
         return a, b
 
+    def _conforms_gemini(
+        a: GeminiChatModel, b: AsyncGeminiChatModel
+    ) -> tuple[ChatModelAdapter, AsyncChatModelAdapter]:
+        """Never called: mypy checks that the Gemini adapters implement the protocols."""
+        return a, b
+
 
 # name -> (module, the extra that installs its provider package)
 _LAZY: Final = {
@@ -61,6 +70,8 @@ _LAZY: Final = {
     "AsyncOpenAIResponsesModel": ("turnlog.models.openai_responses_async", "openai"),
     "AnthropicChatModel": ("turnlog.models.anthropic", "anthropic"),
     "AsyncAnthropicChatModel": ("turnlog.models.anthropic_async", "anthropic"),
+    "GeminiChatModel": ("turnlog.models.gemini", "gemini"),
+    "AsyncGeminiChatModel": ("turnlog.models.gemini_async", "gemini"),
 }
 
 
