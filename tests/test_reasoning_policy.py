@@ -11,7 +11,7 @@ from chat_harness import KINDS, Harness
 from turnlog import Message, ToolCall, ToolResult
 from turnlog.errors import InvalidInput
 from turnlog.parts import ProviderPart, ReasoningPart, TextPart
-from turnlog.reasoning import strip_reasoning
+from turnlog.reasoning import strip_foreign_reasoning, strip_reasoning
 from turnlog.rules import check_messages, repair_messages
 
 POLICIES = ["all", "current_turn", "none"]
@@ -143,6 +143,35 @@ def test_an_unknown_policy_is_invalid_input(policy):
         strip_reasoning([Message.user("hi")], policy)
 
 
+@settings(max_examples=300, deadline=None)
+@given(conversations(), st.sampled_from(["anthropic", "openai", "gemini"]))
+def test_strip_foreign_reasoning_keeps_only_the_providers_own(messages, provider):
+    out, others = strip_foreign_reasoning(messages, provider)
+    assert len(out) == len(messages)
+    expected_others = set()
+    for got, m in zip(out, messages, strict=True):
+        foreign = [p for p in reasoning_of(m) if p.provider != provider]
+        expected_others |= {p.provider for p in foreign}
+        visible = (m.text or "").strip() or m.tool_calls or others_of(m)
+        if not foreign or (
+            m.role == "assistant"
+            and not visible
+            and not [p for p in reasoning_of(m) if p.provider == provider]
+        ):
+            # untouched: nothing foreign, or nothing but reasoning (left to repair_messages)
+            assert got.parts == m.parts
+        else:
+            assert reasoning_of(got) == [p for p in reasoning_of(m) if p.provider == provider]
+        assert (got.role, got.tool_calls, got.tool_results, got.metadata) == (
+            m.role,
+            m.tool_calls,
+            m.tool_results,
+            m.metadata,
+        )
+        assert others_of(got) == others_of(m)
+    assert others == expected_others
+
+
 # -- the runners: what the model was sent --------------------------------------------------------
 
 
@@ -200,7 +229,7 @@ def sent_thinking(messages):
 def test_the_runner_sends_the_reasoning_its_policy_keeps_and_the_log_keeps_all(
     harness, policy, expected
 ):
-    model = harness.model(SCRIPT)
+    model = harness.model(SCRIPT, provider="anthropic")
     settings = {} if policy == "current_turn" else {"reasoning": policy}
     chat = harness.make(model, tools=[weather], **settings)
     first = chat.send("s1", "weather in Oslo?")
@@ -222,3 +251,27 @@ def test_the_runner_sends_the_reasoning_its_policy_keeps_and_the_log_keeps_all(
 def test_the_runner_refuses_an_unknown_policy(harness, policy):
     with pytest.raises(InvalidInput, match="reasoning must be one of"):
         harness.make(harness.model(["hi"]), reasoning=policy)
+
+
+def test_a_session_that_changes_provider_sends_none_of_the_old_ones_reasoning_and_says_so_once(
+    harness, caplog
+):
+    first = harness.model(SCRIPT[:2], provider="anthropic")
+    chat = harness.make(first, tools=[weather], reasoning="all")
+    chat.send("s1", "weather in Oslo?")
+    second = harness.model(["fine", "still fine"], provider="openai")
+    chat = harness.make(second, tools=[weather], reasoning="all")
+    with caplog.at_level("WARNING", logger="turnlog.chat"):
+        chat.send("s1", "and tomorrow?")
+        chat.send("s1", "and the day after?")
+    assert [sent_thinking(c) for c in second.calls] == [[], []]  # "all", yet none of anthropic's
+    assert [m.role for m in second.calls[0]] == ["user", "assistant", "tool", "assistant", "user"]
+    for c in second.calls:
+        assert check_messages(c) is None
+    warned = [r for r in caplog.records if "holds reasoning from anthropic" in r.getMessage()]
+    assert len(warned) == 1 and "'s1'" in warned[0].getMessage()
+    stored = [e.message for e in harness.service.events("s1") if e.message is not None]
+    assert sent_thinking(stored) == ["thinking 1a", "thinking 1b"]  # the log keeps them
+    back = harness.model(["again"], provider="anthropic")
+    harness.make(back, tools=[weather], reasoning="all").send("s1", "one more?")
+    assert sent_thinking(back.calls[0]) == ["thinking 1a", "thinking 1b"]  # its own, sent again

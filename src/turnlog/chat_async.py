@@ -53,6 +53,7 @@ from turnlog.reasoning import (
     ReasoningPolicy,
     check_counted_reasoning,
     check_reasoning_policy,
+    strip_foreign_reasoning,
     strip_reasoning,
 )
 from turnlog.rules import repair_messages
@@ -209,6 +210,7 @@ class AsyncSessionChat:
         if trigger is not None:
             trigger = bind_context_window(trigger, window, model_name(model))
         self._meter = ContextMeter(self.limits, self.reasoning, context_warning, model_name(model))
+        self._foreign_warned: set[str] = set()  # sessions told their old reasoning is not sent
         check_counted_reasoning(self.reasoning, strategy, trigger)
         if max_tool_result_tokens is not None and (
             isinstance(max_tool_result_tokens, bool)
@@ -356,7 +358,7 @@ class AsyncSessionChat:
                 continue
             sent = sent_events(view)
             offered = await self._offered(session_id)
-            messages = await self.service.with_bytes(session_id, self._prompt(sent))
+            messages = await self.service.with_bytes(session_id, self._prompt(session_id, sent))
             response: ChatResponse | None = None
             try:
                 with telemetry.model_span(self.model, session_id, messages) as span:
@@ -461,10 +463,23 @@ class AsyncSessionChat:
             session_id, message, event_id=event_id, metadata=metadata
         )
 
-    def _prompt(self, sent: list[SessionEvent]) -> list[Message]:
-        """The messages to send: the view's, the reasoning `self.reasoning` leaves out
-        removed, repaired, the stable prefix marked."""
+    def _prompt(self, session_id: str, sent: list[SessionEvent]) -> list[Message]:
+        """The messages to send: the view's, the reasoning `self.reasoning` leaves out and
+        that of other providers removed, repaired, the stable prefix marked."""
         messages = [self._shown(e) for e in sent if e.message is not None]
+        provider = getattr(self.model, "provider", None)
+        if isinstance(provider, str):  # a model that names its provider: drop the others'
+            messages, others = strip_foreign_reasoning(messages, provider)
+            if others and session_id not in self._foreign_warned:
+                self._foreign_warned.add(session_id)
+                logger.warning(
+                    "session %r holds reasoning from %s, and the model is %s's: that reasoning "
+                    "stays in the log and is not sent (a provider refuses or ignores another's "
+                    "reasoning); said once per session",
+                    session_id,
+                    ", ".join(sorted(others)),
+                    provider,
+                )
         if self.cache_breakpoint:
             end = _stable_prefix_end(sent)
             if end is not None:

@@ -27,7 +27,7 @@ import msgspec
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message
-from turnlog.parts import ReasoningPart, TextPart, only_text, part_text
+from turnlog.parts import Part, ReasoningPart, TextPart, only_text, part_text
 
 __all__ = [
     "DEFAULT_REASONING",
@@ -36,6 +36,7 @@ __all__ = [
     "check_counted_reasoning",
     "check_reasoning_policy",
     "reasoning_end",
+    "strip_foreign_reasoning",
     "strip_reasoning",
     "without_reasoning",
 ]
@@ -161,7 +162,46 @@ def without_reasoning(message: Message) -> Message:
     """
     if message.role != "assistant" or not any(type(p) is ReasoningPart for p in message.parts):
         return message
-    kept = tuple(p for p in message.parts if type(p) is not ReasoningPart)
+    return _rebuilt(message, tuple(p for p in message.parts if type(p) is not ReasoningPart))
+
+
+def strip_foreign_reasoning(
+    messages: Sequence[Message], provider: str
+) -> tuple[list[Message], frozenset[str]]:
+    """`messages` without the reasoning parts of every provider but `provider`.
+
+    A provider's reasoning means nothing to another one, and its signatures or encrypted
+    content are refused there: when a session changes providers, the reasoning the old one
+    returned stays in the log and is not sent to the new one. Messages are rebuilt as by
+    `without_reasoning`.
+
+    Returns:
+        A new list, one message for each of `messages`, and the providers whose reasoning was
+        left out (empty when there was none).
+    """
+    out = list(messages)
+    found: set[str] = set()
+    for at, message in enumerate(out):
+        if message.role != "assistant" or not message.parts:
+            continue
+        others = {
+            p.provider for p in message.parts if type(p) is ReasoningPart and p.provider != provider
+        }
+        if others:
+            found |= others
+            out[at] = _rebuilt(
+                message,
+                tuple(
+                    p
+                    for p in message.parts
+                    if type(p) is not ReasoningPart or p.provider == provider
+                ),
+            )
+    return out, frozenset(found)
+
+
+def _rebuilt(message: Message, kept: tuple[Part, ...]) -> Message:
+    """`message` with only the parts `kept` (see `without_reasoning`)."""
     if not message.tool_calls and all(type(p) is TextPart and not p.text.strip() for p in kept):
         return message
     # The rest of `message` was checked when it was built, and taking parts away breaks none of

@@ -31,12 +31,13 @@ class ScriptedChatModel:
         usage: what each `respond` reports; no counts by default.
         model: the model name responses carry.
         chunk: the size of the text deltas `stream` yields.
+        provider: the provider it stands in for. A turn runner sends a model only its own
+            provider's reasoning parts: give the provider of the `ReasoningPart`s the script
+            returns ("anthropic", "openai", ...) to have them sent back.
 
     Raises:
         InvalidInput: `replies` is empty.
     """
-
-    provider = "scripted"
 
     def __init__(
         self,
@@ -45,7 +46,9 @@ class ScriptedChatModel:
         usage: UsageOf | None = None,
         model: str = "scripted",
         chunk: int = 4,
+        provider: str = "scripted",
     ) -> None:
+        self.provider = provider
         self.replies = list(replies)
         if not self.replies:
             raise InvalidInput(
