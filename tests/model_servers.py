@@ -10,9 +10,14 @@ whose `content` is null (`null_content`), and keeps the scripted reply for the n
 (`refuse_null_content = False` lets it pass, for clients that send null, e.g. LangChain's.)
 
 Like the Messages API, it answers 400 to a request with thinking enabled whose thinking blocks
-are not the ones it issued, or whose final assistant message (in a tool loop) does not start
-with the thinking blocks it issued with those tool_use blocks (`thinking_refusal`); the scripted
-reply waits for the next request. (`enforce_thinking = False` turns the check off.)
+are not the ones it issued, whose final assistant message (in a tool loop) does not start with
+a thinking block, or whose latest assistant message does not hold the thinking blocks of the
+reply it came from, all of them, unchanged and in the reply's order among its tool_use blocks
+(`thinking_refusal`: interleaved thinking sent back reordered is refused). It also answers 400
+to `compaction` blocks not sent back as issued, or not as the API reads them
+(`compaction_refusal`), and to `context_management` without the beta header its edits need
+(`context_management_refusal`). The scripted reply waits for the next request.
+(`enforce_thinking = False` turns these checks off.)
 
 Like the Responses API, it answers 400 to a `/responses` request whose items break its rules
 (`responses_refusal`): a `function_call_output` that answers no `function_call` of the input (or
@@ -126,7 +131,9 @@ class ScriptedServer:
                     server.replies.appendleft(reply)  # it waits for a request the server takes
                     reply = Reply(500, json.dumps(openai_error(500, refused)).encode())
                 refused = (
-                    thinking_refusal(body, server.issued)
+                    context_management_refusal(body, request.headers)
+                    or compaction_refusal(body, server.issued)
+                    or thinking_refusal(body, server.issued)
                     if server.enforce_thinking and self.path.endswith("/messages")
                     else None
                 )
@@ -349,12 +356,16 @@ def anthropic_message(
     stop_reason: str | None = None,
     usage: dict | None = None,
     thinking: list[dict] = (),
+    content: list[dict] | None = None,
 ) -> dict:
     """A Messages reply: `thinking` blocks (`thinking_block`, `redacted_block`) first, then the
-    text and the tool_use blocks."""
-    content: list[dict] = list(thinking)
-    content += [{"type": "text", "text": text}] if text else []
-    content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
+    text and the tool_use blocks; or `content`, every block in its order (`tool_use_block`)."""
+    if content is None:
+        content = list(thinking)
+        content += [{"type": "text", "text": text}] if text else []
+        content += [tool_use_block(i, n, a) for i, n, a in tool_uses]
+    elif stop_reason is None and any(b["type"] == "tool_use" for b in content):
+        stop_reason = "tool_use"
     return {
         "id": "msg_1",
         "type": "message",
@@ -373,6 +384,10 @@ def anthropic_message(
     }
 
 
+def tool_use_block(call_id: str, name: str, arguments: dict) -> dict:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
 def anthropic_events(
     deltas: list[str],
     tool_uses: list[tuple[str, str, list[str]]] = (),
@@ -380,11 +395,24 @@ def anthropic_events(
     model: str = "claude-test-2025",
     usage: dict | None = None,
     thinking: list[dict] = (),
+    content: list[dict] | None = None,
+    context_management: dict | None = None,
+    end_usage: dict | None = None,
 ) -> list[tuple[str | None, Any]]:
     """A streamed reply as the Messages API sends it (named SSE events); `usage` is the
     prompt's counts in message_start. `thinking` blocks come first: a thinking block as its
     start (empty), two thinking_delta events and a signature_delta; a redacted_thinking block
-    whole in its content_block_start."""
+    whole in its content_block_start. Or `content`, every block in its order, each streamed
+    as the API streams its kind (`content_events`). `context_management` and `end_usage` go
+    in the message_delta event."""
+    if content is not None:
+        return content_events(
+            content,
+            model=model,
+            usage=usage,
+            context_management=context_management,
+            end_usage=end_usage,
+        )
     start = anthropic_message(None, model=model, stop_reason="end_turn")
     start["stop_reason"] = None
     start["usage"] = usage or {
@@ -489,6 +517,83 @@ def anthropic_events(
     return events
 
 
+def content_events(
+    content: list[dict],
+    *,
+    model: str = "claude-test-2025",
+    usage: dict | None = None,
+    context_management: dict | None = None,
+    end_usage: dict | None = None,
+) -> list[tuple[str | None, Any]]:
+    """The stream of a reply of these blocks in order: a text block as an empty start and two
+    text_delta events; a tool_use block as a start with an empty input and its input JSON in
+    two input_json_delta pieces; a thinking block as an empty start, two thinking_delta events
+    and a signature_delta; a compaction block as a start without its content and one
+    compaction_delta with it; any other block whole in its start."""
+    start = anthropic_message(None, model=model, stop_reason="end_turn")
+    start["stop_reason"] = None
+    start["usage"] = usage or {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 32,
+        "output_tokens": 1,
+    }
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+
+    def add(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, **data}))
+
+    for index, block in enumerate(content):
+        kind = block["type"]
+        deltas: list[dict] = []
+        if kind == "text":
+            opened = {"type": "text", "text": ""}
+            half = len(block["text"]) // 2
+            deltas = [
+                {"type": "text_delta", "text": block["text"][:half]},
+                {"type": "text_delta", "text": block["text"][half:]},
+            ]
+        elif kind == "tool_use":
+            opened = dict(block, input={})
+            raw = json.dumps(block["input"])
+            deltas = [
+                {"type": "input_json_delta", "partial_json": raw[: len(raw) // 2]},
+                {"type": "input_json_delta", "partial_json": raw[len(raw) // 2 :]},
+            ]
+        elif kind == "thinking":
+            opened = dict(block, thinking="", signature="")
+            half = len(block["thinking"]) // 2
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"][:half]},
+                {"type": "thinking_delta", "thinking": block["thinking"][half:]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
+        elif kind == "compaction":
+            opened = {k: v for k, v in block.items() if k not in ("content", "encrypted_content")}
+            delta = {"type": "compaction_delta", "content": block.get("content")}
+            if "encrypted_content" in block:
+                delta["encrypted_content"] = block["encrypted_content"]
+            deltas = [delta]
+        else:
+            opened = block
+        add("content_block_start", index=index, content_block=opened)
+        for delta in deltas:
+            add("content_block_delta", index=index, delta=delta)
+        add("content_block_stop", index=index)
+    calls = any(b["type"] == "tool_use" for b in content)
+    final: dict[str, Any] = {
+        "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
+        "usage": end_usage or {"output_tokens": 7},
+    }
+    if context_management is not None:
+        final["context_management"] = context_management
+    add("message_delta", **final)
+    add("message_stop")
+    return events
+
+
 def thinking_block(text: str, signature: str) -> dict:
     return {"type": "thinking", "thinking": text, "signature": signature}
 
@@ -500,19 +605,38 @@ def redacted_block(data: str) -> dict:
 @dataclass
 class Issued:
     """What one Messages reply of the server carried: its thinking blocks in order (only
-    their fields the API checks) and the ids of its tool_use blocks."""
+    their fields the API checks), the ids of its tool_use blocks, the two in the reply's order
+    (`sequence`: a thinking block's checked fields, or `("tool_use", id)`), and its compaction
+    blocks (their checked fields)."""
 
     thinking: list[dict]
     tool_use_ids: set[str]
+    sequence: list = field(default_factory=list)
+    compaction: list[dict] = field(default_factory=list)
 
 
 _THINKING_TYPES = ("thinking", "redacted_thinking")
 
 
 def _checked(block: dict) -> dict:
-    """The fields of a thinking or redacted_thinking block the API checks."""
+    """The fields of a thinking, redacted_thinking or compaction block the API checks."""
+    if block["type"] == "compaction":
+        return {k: block.get(k) for k in ("type", "content", "encrypted_content", "signature")}
     keys = ("type", "thinking", "signature") if block["type"] == "thinking" else ("type", "data")
     return {k: block.get(k) for k in keys}
+
+
+def _sequence(blocks: list) -> list:
+    """The thinking blocks (checked fields) and tool_use ids of `blocks`, in their order."""
+    out: list = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") in _THINKING_TYPES:
+            out.append(_checked(block))
+        elif block.get("type") == "tool_use":
+            out.append(("tool_use", block.get("id")))
+    return out
 
 
 def _sse_blocks(chunks: list[bytes]) -> list[dict]:
@@ -536,6 +660,8 @@ def _sse_blocks(chunks: list[bytes]) -> list[dict]:
                     block["thinking"] = block.get("thinking", "") + delta["thinking"]
                 elif delta.get("type") == "signature_delta":
                     block["signature"] = delta["signature"]
+                elif delta.get("type") == "compaction_delta":
+                    block.update((k, v) for k, v in delta.items() if k != "type")
     return [blocks[i] for i in sorted(blocks)]
 
 
@@ -554,7 +680,8 @@ def issued_by(reply: Reply) -> Issued | None:
         content = body["content"]
     thinking = [_checked(b) for b in content if b.get("type") in _THINKING_TYPES]
     ids = {b["id"] for b in content if b.get("type") == "tool_use"}
-    return Issued(thinking, ids)
+    compaction = [_checked(b) for b in content if b.get("type") == "compaction"]
+    return Issued(thinking, ids, _sequence(content), compaction)
 
 
 FINAL_MUST_START_WITH_THINKING = (
@@ -567,15 +694,39 @@ FINAL_MUST_START_WITH_THINKING = (
 )
 
 
+MODIFIED_IN_LATEST = (
+    "messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the latest assistant "
+    "message cannot be modified. These blocks must remain as they were in the original response."
+)
+
+
+def _origin(blocks: list, issued: list[Issued]) -> Issued | None:
+    """The reply an assistant message came from: the one that issued its tool_use blocks, else
+    the one that issued its first thinking block."""
+    ids = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+    if ids:
+        return next((x for x in issued if ids <= x.tool_use_ids), None)
+    first = next((_checked(b) for b in blocks if b.get("type") in _THINKING_TYPES), None)
+    return next((x for x in issued if first is not None and first in x.thinking), None)
+
+
 def thinking_refusal(body: Any, issued: list[Issued]) -> str | None:
     """What the Messages API says (400) to `body` when thinking is enabled and its thinking
     blocks were not passed back as issued; None when it passes.
 
+    Written from Anthropic's extended-thinking guide ("pass thinking blocks back complete and
+    unmodified", "echo the assistant message exactly as received") and the errors the API
+    gives, not from turnlog's code:
+
     - every thinking or redacted_thinking block sent must be one the server issued, unchanged
       (a changed signature, text or data is refused);
     - when the last user turn carries tool_result blocks, the last assistant message must start
-      with a thinking block, and its leading thinking blocks must be exactly those the server
-      issued with its tool_use blocks, in order (none left out).
+      with a thinking block (after a compaction block, which the API reads first);
+    - the latest assistant message, when it is one of a tool loop or holds thinking blocks,
+      must hold exactly the thinking blocks of the reply it came from, in that reply's order
+      among its tool_use blocks: none left out, none added, none moved (interleaved thinking,
+      `[thinking, tool_use, thinking, tool_use]`, sent back as `[thinking, thinking, tool_use,
+      tool_use]` is refused at the first block out of place).
     """
     if not isinstance(body, dict):
         return None
@@ -592,35 +743,139 @@ def thinking_refusal(body: Any, issued: list[Issued]) -> str | None:
             if block.get("type") in _THINKING_TYPES and _checked(block) not in known:
                 field = "signature" if block["type"] == "thinking" else "data"
                 return f"messages.{i}.content.{j}: Invalid `{field}` in `{block['type']}` block"
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    content = last_user.get("content") if last_user else None
-    if not isinstance(content, list) or not any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    ):
-        return None
     assistants = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if not assistants:
         return None
     at = assistants[-1]
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    content = last_user.get("content") if last_user else None
+    if not isinstance(content, list) or not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):  # no tool loop: the latest assistant message's thinking may be left out, not changed
+        latest = messages[at].get("content")
+        if _has_thinking(messages[at]) and isinstance(latest, list):
+            return _latest_refusal(at, [b for b in latest if isinstance(b, dict)], issued)
+        return None
     blocks = messages[at].get("content")
     if isinstance(blocks, str):
         blocks = [{"type": "text", "text": blocks}]
-    if not blocks or blocks[0].get("type") not in _THINKING_TYPES:
-        found = blocks[0].get("type") if blocks else "nothing"
+    blocks = [b for b in blocks or [] if isinstance(b, dict)]
+    lead = next((b for b in blocks if b.get("type") != "compaction"), None)
+    if lead is None or lead.get("type") not in _THINKING_TYPES:
+        found = lead.get("type") if lead else "nothing"
         return FINAL_MUST_START_WITH_THINKING.format(i=at, found=found)
-    ids = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
-    origin = next((x for x in issued if ids and ids <= x.tool_use_ids), None)
-    if origin is not None:
-        leading = []
-        for block in blocks:
-            if block.get("type") not in _THINKING_TYPES:
-                break
-            leading.append(_checked(block))
-        if leading != origin.thinking:
+    return _latest_refusal(at, blocks, issued)
+
+
+def _latest_refusal(at: int, blocks: list, issued: list[Issued]) -> str | None:
+    """The refusal of the latest assistant message (`blocks`, at `at`) whose thinking blocks
+    and tool_use blocks are not those of the reply it came from, in its order."""
+    origin = _origin(blocks, issued)
+    if origin is None:
+        return None
+    sent = _sequence(blocks)
+    if sent == origin.sequence:
+        return None
+    positions = [j for j, b in enumerate(blocks) if b.get("type") in (*_THINKING_TYPES, "tool_use")]
+    wrong = next(
+        (k for k, (a, b) in enumerate(zip(sent, origin.sequence, strict=False)) if a != b),
+        min(len(sent), len(origin.sequence)),
+    )
+    j = positions[wrong] if wrong < len(positions) else len(blocks)
+    return MODIFIED_IN_LATEST.format(i=at, j=j)
+
+
+def _has_thinking(message: dict) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") in _THINKING_TYPES for b in content
+    )
+
+
+def _betas(headers: dict[str, str]) -> set[str]:
+    return {b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()}
+
+
+CONTEXT_EDITS = {
+    "clear_tool_uses_20250919": "context-management-2025-06-27",
+    "clear_thinking_20251015": "context-management-2025-06-27",
+    "compact_20260112": "compact-2026-01-12",
+}
+"""The context management edits the server knows, and the beta header each needs."""
+
+
+def context_management_refusal(body: Any, headers: dict[str, str]) -> str | None:
+    """What the Messages API says (400) to a `context_management` it cannot take; None when it
+    passes. Written from Anthropic's context-editing and compaction guides:
+
+    - each edit needs its beta in the `anthropic-beta` header (`CONTEXT_EDITS`); without it the
+      field is unknown;
+    - an edit of a type not known is refused;
+    - `clear_thinking_20251015` needs thinking enabled, and comes first among the edits.
+    """
+    if not isinstance(body, dict) or "context_management" not in body:
+        return None
+    edits = (body.get("context_management") or {}).get("edits")
+    if not isinstance(edits, list):
+        return "context_management.edits: Field required"
+    betas = _betas(headers)
+    for k, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if kind not in CONTEXT_EDITS:
+            return f"context_management.edits.{k}.type: Input tag {kind!r} is not a known edit"
+        if CONTEXT_EDITS[kind] not in betas:
             return (
-                f"messages.{at}: the thinking blocks of the final assistant message must be "
-                "passed back complete and unmodified, in order, before its tool_use blocks"
+                f"context_management: Extra inputs are not permitted (the {kind} edit needs "
+                f"the anthropic-beta header {CONTEXT_EDITS[kind]!r})"
             )
+        if kind == "clear_thinking_20251015":
+            thinking = body.get("thinking")
+            if not isinstance(thinking, dict) or thinking.get("type") not in (
+                "enabled",
+                "adaptive",
+            ):
+                return f"context_management.edits.{k}: clear_thinking_20251015 needs thinking"
+            if k != 0:
+                return f"context_management.edits.{k}: clear_thinking_20251015 must come first"
+    return None
+
+
+def compaction_refusal(body: Any, issued: list[Issued]) -> str | None:
+    """What the Messages API says (400) to the `compaction` blocks of `body`; None when they
+    pass. Written from Anthropic's compaction guide and the API's documented compaction errors:
+
+    - a compaction block sent must be one the server issued, its content, encrypted content and
+      signature unchanged (`compaction_content_mismatch`);
+    - at most one compaction block holds a summary (`compaction_block_ambiguous`: "send only the
+      block the conversation returned last");
+    - that block is the first block of the conversation (`compaction_block_misplaced`). (The
+      guide also says the API drops what comes before the block; this server holds the client
+      to the stricter rule, which sending from the block on meets.)
+    """
+    if not isinstance(body, dict):
+        return None
+    known = [c for i in issued for c in i.compaction]
+    found: list[tuple[int, int]] = []
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(block, dict) or block.get("type") != "compaction":
+                continue
+            if _checked(block) not in known:
+                return (
+                    f"messages.{i}.content.{j}: compaction_content_mismatch: the compaction "
+                    "block differs from the one the API returned"
+                )
+            if block.get("content") is not None:
+                found.append((i, j))
+    if len(found) > 1:
+        return "compaction_block_ambiguous: send only the compaction block returned last"
+    if found and found[0] != (0, 0):
+        i, j = found[0]
+        return (
+            f"messages.{i}.content.{j}: compaction_block_misplaced: the compaction block must "
+            "be the first block of the conversation"
+        )
     return None
 
 

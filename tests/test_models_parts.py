@@ -16,6 +16,7 @@ from model_servers import (
     openai_completion,
     redacted_block,
     thinking_block,
+    tool_use_block,
 )
 from turnlog import Message, ModelError, ToolCall, ToolResult
 from turnlog.models import (
@@ -24,6 +25,7 @@ from turnlog.models import (
     AsyncOpenAIChatModel,
     OpenAIChatModel,
 )
+from turnlog.models.anthropic_parts import call_marker
 from turnlog.models.openai_format import NOT_SENT
 from turnlog.parts import AudioPart, FilePart, ImagePart, ProviderPart, ReasoningPart, TextPart
 
@@ -424,3 +426,147 @@ def test_anthropic_messages_with_parts_read_back_from_the_wire():
         Message.user("And the report?", FilePart("application/pdf", data=PDF, name="r.pdf")),
     ]
     assert from_anthropic_messages(*to_anthropic_messages(messages)) == messages
+
+
+# -- interleaved thinking: thinking between tool calls, sent back in its order ----------------
+
+T1 = thinking_block("Oslo first.", "sig-i1")
+T2 = thinking_block("Now Bergen.", "sig-i2")
+OSLO = tool_use_block("toolu_1", "get_weather", {"city": "Oslo"})
+BERGEN = tool_use_block("toolu_2", "get_weather", {"city": "Bergen"})
+INTERLEAVED = [T1, OSLO, T2, BERGEN]
+CALLS = (
+    ToolCall("toolu_1", "get_weather", '{"city":"Oslo"}'),
+    ToolCall("toolu_2", "get_weather", '{"city":"Bergen"}'),
+)
+
+
+def reasoning(block):
+    if block["type"] == "thinking":
+        return ReasoningPart("anthropic", text=block["thinking"], signature=block["signature"])
+    return ReasoningPart("anthropic", encrypted=block["data"], redacted=True)
+
+
+def script_content(server, mode, content):
+    if mode == "send":
+        server.reply_json(anthropic_message(content=content))
+    else:
+        server.reply_sse(anthropic_events([], content=content))
+
+
+def test_an_interleaved_tool_loop_goes_back_in_its_order_and_passes(runner, server):
+    h, mode, model = runner
+    script_content(server, mode, INTERLEAVED)
+    final = thinking_block("Both looked up.", "sig-i3")
+    script_content(server, mode, [final, {"type": "text", "text": "Both clear."}])
+    chat = h.make(model, tools=[get_weather])
+
+    if mode == "send":
+        assert chat.send("s", "Oslo and Bergen?").text == "Both clear."
+    else:
+        assert "Both clear." in "".join(
+            e for e in chat.stream("s", "Oslo and Bergen?") if isinstance(e, str)
+        )
+
+    # both requests answered 200: the server refuses thinking moved among the calls
+    _, second = (r.body for r in server.requests)
+    assert second["messages"][1] == {"role": "assistant", "content": INTERLEAVED}
+    assert [b["type"] for b in second["messages"][2]["content"]] == ["tool_result"] * 2
+    stored = [e.message for e in h.service.events("s") if e.message]
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[1].parts == (reasoning(T1), call_marker("toolu_1"), reasoning(T2))
+    assert stored[1].tool_calls == CALLS
+    assert stored[3].parts == (reasoning(final), TextPart("Both clear."))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "parts",
+    [
+        pytest.param([reasoning(T1), reasoning(T2)], id="thinking-ahead-of-the-calls"),
+        pytest.param([reasoning(T1), call_marker("toolu_1")], id="second-thinking-dropped"),
+        pytest.param([call_marker("toolu_1"), reasoning(T2)], id="first-thinking-dropped"),
+        pytest.param([reasoning(T2), call_marker("toolu_1"), reasoning(T1)], id="thinking-swapped"),
+    ],
+)
+def test_the_server_refuses_interleaved_thinking_not_in_its_order(kind, server, parts):
+    """What the API refuses, the test server refuses: the final assistant message must hold
+    the reply's thinking blocks where the reply had them among its tool_use blocks."""
+    model = anthropic_twin(kind, server, options={"thinking": THINKING})
+    server.reply_json(anthropic_message(content=INTERLEAVED))
+    server.reply_json(anthropic_message("done"))
+    question = Message.user("Oslo and Bergen?")
+    reply = model.respond([question]).message
+    results = Message.tool(
+        [ToolResult("toolu_1", "get_weather", "18C"), ToolResult("toolu_2", "get_weather", "9C")]
+    )
+    changed = Message.assistant(parts=parts, tool_calls=CALLS)
+    with pytest.raises(ModelError) as caught:
+        model.respond([question, changed, results])
+    assert caught.value.status == 400
+    assert "cannot be modified" in str(caught.value) or "Expected `thinking`" in str(caught.value)
+    # as received, the same request passes
+    assert model.respond([question, reply, results]).message.text == "done"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_latest_reply_out_of_a_tool_loop_may_lose_its_thinking_but_not_its_order(kind, server):
+    model = anthropic_twin(kind, server, options={"thinking": THINKING})
+    answer = {"type": "text", "text": "Two cities."}
+    server.reply_json(anthropic_message(content=[T1, answer, T2]))
+    question, follow_up = Message.user("Which cities?"), Message.user("Thanks.")
+    reply = model.respond([question]).message
+    assert reply.parts == (reasoning(T1), TextPart("Two cities."), reasoning(T2))
+    swapped = Message.assistant(parts=[reasoning(T2), "Two cities.", reasoning(T1)])
+    server.reply_json(anthropic_message("ok"))
+    with pytest.raises(ModelError) as caught:
+        model.respond([question, swapped, follow_up])
+    assert caught.value.status == 400
+    # left out whole (what the reasoning policy does to finished turns), or as received: 200
+    assert model.respond([question, Message.assistant("Two cities."), follow_up])
+    server.reply_json(anthropic_message("ok"))
+    assert model.respond([question, reply, follow_up]).message.text == "ok"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_streamed_interleaved_reply_reads_as_the_same_message(kind, server):
+    model = anthropic_twin(kind, server)
+    text = {"type": "text", "text": "Looking both up."}
+    content = [T1, text, OSLO, T2, BERGEN]
+    server.reply_sse(anthropic_events([], content=content))
+    server.reply_json(anthropic_message(content=content))
+    streamed = model.stream([Message.user("Oslo and Bergen?")])
+    whole = model.respond([Message.user("Oslo and Bergen?")])
+    assert streamed[-1] == whole
+    assert whole.message.parts == (
+        reasoning(T1),
+        TextPart("Looking both up."),
+        call_marker("toolu_1"),
+        reasoning(T2),
+    )
+    assert whole.message.text == "Looking both up." and whole.message.tool_calls == CALLS
+
+
+def test_a_reply_without_interleaving_is_stored_byte_for_byte_as_before():
+    """No marker when the calls come last: the body is the one stored before markers existed
+    (the fixture of format 1)."""
+    from pathlib import Path
+
+    from turnlog.codec import encode_body
+    from turnlog.events import SessionEvent
+    from turnlog.models.anthropic_format import response_from_anthropic
+
+    fixture = json.loads(
+        (Path(__file__).parent / "fixtures" / "bodies_v1_parts.json").read_text("utf-8")
+    )["assistant_reasoning_tools"]
+    content = [
+        thinking_block("The user wants the weather; call the tool.", "EqQBCkYIBxgCKkBsig=="),
+        redacted_block("EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"),
+        {"type": "text", "text": "Checking."},
+        {"type": "text", "text": ""},
+        tool_use_block("toolu_1", "get_weather", {"city": "Oslo"}),
+        {"type": "text", "text": ""},  # an empty block after the call carries nothing
+    ]
+    message = response_from_anthropic(anthropic_message(content=content)).message
+    event = SessionEvent.for_message("s", message, metadata={"model": "claude-sonnet-4-5"})
+    assert encode_body(event).decode() == fixture["body"]

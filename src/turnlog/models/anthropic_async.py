@@ -16,6 +16,7 @@ from turnlog.events import Message
 from turnlog.models.anthropic_format import (
     AnthropicStream,
     anthropic_tools,
+    from_last_compaction,
     response_from_anthropic,
     to_anthropic_cached,
     to_anthropic_messages,
@@ -56,7 +57,13 @@ class AsyncAnthropicChatModel:
             (`{"temperature": 0.2}`). Extended thinking is turned on here:
             `{"thinking": {"type": "enabled", "budget_tokens": 8000}}` (or `{"type":
             "adaptive"}`); the reply's thinking blocks are then kept as `ReasoningPart`s and
-            sent back, unmodified, as the API requires within a tool loop.
+            sent back, unmodified and in their order, as the API requires within a tool loop
+            (interleaved thinking too). The API's own context management is turned on here
+            too, `{"context_management": {"edits": [...]}}`, with its beta in `betas`.
+        betas: beta features to turn on, sent as the `anthropic-beta` header of every request
+            (`["interleaved-thinking-2025-05-14"]`, `["context-management-2025-06-27"]`,
+            `["compact-2026-01-12"]`); empty sends no such header (a client of your own may
+            send one of its own).
         cache_prompt: mark prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`)
             on the system prompt, at the end of the last message marked with
             `turnlog.models.CACHE_BREAKPOINT_KEY` (the pinned messages and the summary), and on
@@ -64,8 +71,9 @@ class AsyncAnthropicChatModel:
             `turnlog.models.anthropic_format.to_anthropic_cached`). False sends no marker.
 
     Raises:
-        InvalidInput: a blank model, `max_tokens` below 1, `cache_prompt` not a bool, or
-            `client` together with a setting for building one.
+        InvalidInput: a blank model, `max_tokens` below 1, `cache_prompt` not a bool, a beta
+            that is not a non-blank string, or `client` together with a setting for building
+            one.
     """
 
     provider = PROVIDER
@@ -82,6 +90,7 @@ class AsyncAnthropicChatModel:
         max_tokens: int = 4096,
         options: Mapping[str, Any] | None = None,
         cache_prompt: bool = False,
+        betas: Sequence[str] = (),
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput(f"model must be a model name, got {model!r}")
@@ -89,6 +98,13 @@ class AsyncAnthropicChatModel:
             raise InvalidInput(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         if not isinstance(cache_prompt, bool):
             raise InvalidInput(f"cache_prompt must be True or False, got {cache_prompt!r}")
+        if isinstance(betas, str) or any(
+            not isinstance(b, str) or not b.strip() or "," in b for b in betas
+        ):
+            raise InvalidInput(
+                f"betas must be a list of beta names, got {betas!r}: for example "
+                "betas=['interleaved-thinking-2025-05-14']"
+            )
         given = client_settings(
             client, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
@@ -107,6 +123,7 @@ class AsyncAnthropicChatModel:
         self.max_tokens = max_tokens
         self.options: dict[str, Any] = dict(options or {})
         self.cache_prompt = cache_prompt
+        self.betas: tuple[str, ...] = tuple(betas)
 
     async def close(self) -> None:
         """Close the client when this model built it (a client you passed stays open)."""
@@ -130,10 +147,12 @@ class AsyncAnthropicChatModel:
         request: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "model": self.model,
-            "messages": turns,
+            "messages": from_last_compaction(turns),
         }
         if self.options:
             request["extra_body"] = self.options
+        if self.betas:
+            request["extra_headers"] = {"anthropic-beta": ",".join(self.betas)}
         if system is not None:
             request["system"] = system
         if tools:

@@ -13,8 +13,10 @@ The mapping:
   empty), tool_use blocks {"id", "name", "input"}]}`, `input` being the call's arguments parsed
   (arguments that are not a JSON object are sent as `{"arguments": <the string>}`); with parts,
   its parts' blocks in order (thinking and redacted_thinking exactly as received, Anthropic's
-  provider blocks; another provider's reasoning and blocks are left out), then the tool_use
-  blocks;
+  provider blocks; another provider's reasoning and blocks are left out), each tool_use block
+  at its place marker (`turnlog.models.anthropic_parts.MARKER_KIND`), the others after them.
+  So a reply with interleaved thinking, `[thinking, tool_use, thinking, tool_use]`, goes back
+  in its order;
 - a tool message -> a user turn of `tool_result` blocks `{"tool_use_id", "content",
   "is_error": true when the call failed}`, the content a list of text, image and document
   blocks for a result with parts;
@@ -23,12 +25,23 @@ The mapping:
   tool_result blocks first.
 
 With prompt caching (`to_anthropic_cached`), the same turns carry `cache_control` breakpoints
-on the system prompt, at the end of the stable prefix and on the last block.
+on the system prompt, at the end of the stable prefix and on the last block. With the API's
+server-side compaction, the adapter sends the turns from the last `compaction` block on
+(`from_last_compaction`), as the API reads them.
+
+Read (`response_from_anthropic`, `AnthropicStream`): a reply's blocks in order become one
+assistant message: text blocks its text, tool_use blocks its calls, every other block a part
+(see `turnlog.models.anthropic_parts`). A call that another block follows gets a place marker
+among the parts, so that the message goes back in the reply's order; a reply whose calls come
+last gets none. What the API reports beside the content is kept in the message's metadata: the
+context edits it applied under `CONTEXT_MANAGEMENT_KEY`, and a usage with `iterations` (a
+server-side compaction's own tokens) under `USAGE_KEY`.
 
 Back from the wire, each user turn splits into its tool message (the tool_result blocks) and
 a user message at each text block after a text; an assistant turn splits where text follows a
-text or a call, or reasoning follows other content; tool names are read back from the calls;
-arguments are written as compact JSON.
+text, or reasoning follows text, unless a call came before them in the message (a call's
+message goes on to the end of the turn, its calls at their place markers); tool names are read
+back from the calls; arguments are written as compact JSON.
 """
 
 from __future__ import annotations
@@ -37,8 +50,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from turnlog.events import Message, ToolCall, ToolResult
-from turnlog.models.anthropic_parts import block_part, part_block
+from turnlog.events import JsonValue, Message, ToolCall, ToolResult
+from turnlog.models.anthropic_parts import (
+    COMPACTION,
+    block_part,
+    call_marker,
+    marked_call,
+    part_block,
+)
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
     ChatResponse,
@@ -55,9 +74,12 @@ from turnlog.toolsearch.base import ToolReference
 
 __all__ = [
     "CACHE_CONTROL",
+    "CONTEXT_MANAGEMENT_KEY",
+    "USAGE_KEY",
     "AnthropicStream",
     "anthropic_tools",
     "from_anthropic_messages",
+    "from_last_compaction",
     "response_from_anthropic",
     "to_anthropic_cached",
     "to_anthropic_messages",
@@ -65,6 +87,17 @@ __all__ = [
 
 CACHE_CONTROL: Final = "cache_control"
 """The key of a block's cache breakpoint in the Messages API."""
+
+CONTEXT_MANAGEMENT_KEY: Final = "anthropic.context_management"
+"""Message metadata key: the reply's `context_management` object exactly as the API reported
+it (`{"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 8,
+"cleared_input_tokens": 50000}, ...]}`), when the request enabled context editing; absent
+otherwise."""
+
+USAGE_KEY: Final = "anthropic.usage"
+"""Message metadata key: the reply's `usage` object exactly as the API reported it, kept only
+when it holds `iterations` (a server-side compaction's own sampling, whose tokens the top-level
+counts leave out); absent otherwise."""
 
 
 _UNMARKABLE: Final = frozenset({"thinking", "redacted_thinking"})
@@ -112,17 +145,29 @@ def _result_block(r: ToolResult) -> dict[str, Any]:
     return block
 
 
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
+
+
 def _blocks(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
         return [_result_block(r) for r in m.tool_results]
-    if m.parts:
-        blocks = _part_blocks(m.parts)
-    else:
+    if not m.parts:
         blocks = [{"type": "text", "text": m.text}] if m.text else []
-    blocks.extend(
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
-        for c in m.tool_calls
-    )
+        return blocks + [_tool_use(c) for c in m.tool_calls]
+    calls = {c.id: c for c in m.tool_calls}
+    placed: set[str] = set()
+    blocks = []
+    for part in m.parts:
+        marked = marked_call(part)
+        if marked is None:
+            block = part_block(part)
+            if block is not None:
+                blocks.append(block)
+        elif marked in calls and marked not in placed:
+            blocks.append(_tool_use(calls[marked]))
+            placed.add(marked)
+    blocks.extend(_tool_use(c) for c in m.tool_calls if c.id not in placed)
     return blocks
 
 
@@ -201,6 +246,31 @@ def to_anthropic_cached(
     return system, turns
 
 
+def from_last_compaction(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`turns` from the last `compaction` block that holds a summary on, as the API reads them.
+
+    With server-side compaction (`compact_20260112`), the API answers with a `compaction` block
+    at the start of its reply and, from then on, reads the conversation from that block on: it
+    ignores what comes before, refuses a request holding two compaction blocks with a summary
+    ("send only the block the conversation returned last"), and wants the block first. The log
+    keeps every turn; this is what is sent. A compaction block whose `content` is null (a
+    compaction that failed) changes nothing, as for the API.
+
+    Returns:
+        `turns` itself when it holds no such block; else new lists from the turn of the last
+        one on, that turn starting at the block (the blocks are the same objects).
+    """
+    for at in range(len(turns) - 1, -1, -1):
+        content = turns[at].get("content")
+        if not isinstance(content, list):
+            continue
+        for j in range(len(content) - 1, -1, -1):
+            block = content[j]
+            if block.get("type") == COMPACTION and block.get("content") is not None:
+                return [dict(turns[at], content=content[j:]), *turns[at + 1 :]]
+    return turns
+
+
 def anthropic_tools(tools: Sequence[ToolReference] | None) -> list[dict[str, Any]]:
     """The `tools` parameter for `tools` (empty when None)."""
     return [t.as_anthropic_tool() for t in tools or ()]
@@ -224,9 +294,6 @@ def _result(block: dict[str, Any], name: str, what: str) -> ToolResult:
     return ToolResult(call_id, name, "", is_error=failed, parts=tuple(parts))
 
 
-_Group = tuple[list[Part], list[ToolCall]]
-
-
 def _read(block: object, what: str) -> Part | ToolCall:
     """A reply's content block as a part, or as a call (a tool_use block)."""
     kind = field_of(block, "type", str, what)
@@ -243,43 +310,52 @@ def _read(block: object, what: str) -> Part | ToolCall:
     return block_part(block, what)
 
 
-def _starts_message(item: Part | ToolCall, group: _Group) -> bool:
+def _starts_message(item: Part | ToolCall, group: list[Part | ToolCall]) -> bool:
     """Whether `item` begins a new message after `group` (the inverse of how messages are
-    merged into one turn): any content after a call; a text after a text; reasoning after
-    anything but reasoning (a reply starts with its reasoning)."""
-    parts, calls = group
-    if isinstance(item, ToolCall):
+    merged into one turn): nothing after a call (a message with calls is answered by the tool
+    message after it, so what follows a call in one turn is the same reply's, interleaved);
+    else a text after a text, or reasoning after a text (a reply starts with its reasoning)."""
+    if isinstance(item, ToolCall) or any(isinstance(x, ToolCall) for x in group):
         return False
-    if calls:
-        return True
-    if type(item) is TextPart:
-        return any(type(p) is TextPart for p in parts)
-    if type(item) is ReasoningPart:
-        return any(type(p) is not ReasoningPart for p in parts)
+    if type(item) in (TextPart, ReasoningPart):
+        return any(type(x) is TextPart for x in group)
     return False
 
 
-def _message(parts: list[Part], calls: list[ToolCall]) -> Message:
+def _message(items: list[Part | ToolCall], metadata: Mapping[str, JsonValue]) -> Message:
+    """A reply's blocks, read in order, as its message: a call another part follows gets a
+    place marker at its place among the parts (empty text blocks, which carry nothing, are
+    left out first, so a reply whose calls come last has no marker)."""
+    kept = [x for x in items if type(x) is not TextPart or x.text]
+    last_part = max((i for i, x in enumerate(kept) if not isinstance(x, ToolCall)), default=-1)
+    parts: list[Part] = []
+    calls: list[ToolCall] = []
+    for i, x in enumerate(kept):
+        if isinstance(x, ToolCall):
+            calls.append(x)
+            if i < last_part:
+                parts.append(call_marker(x.id))
+        else:
+            parts.append(x)
     if all(type(p) is TextPart for p in parts):
         text = "".join(p.text for p in parts if type(p) is TextPart)
-        return Message.assistant(text if text or not calls else None, calls)
-    kept = [p for p in parts if type(p) is not TextPart or p.text]  # empty blocks carry nothing
-    return Message.assistant(parts=kept, tool_calls=calls)
+        return Message(
+            "assistant", text if text or not calls else None, tuple(calls), metadata=metadata
+        )
+    return Message("assistant", None, tuple(calls), metadata=metadata, parts=tuple(parts))
 
 
 def _assistant_turn(content: list[Any], what: str, names: dict[str, str]) -> list[Message]:
     """An assistant turn's blocks as messages, split where `_starts_message` says."""
-    groups: list[_Group] = []
+    groups: list[list[Part | ToolCall]] = []
     for block in content:
         item = _read(block, what)
         if not groups or _starts_message(item, groups[-1]):
-            groups.append(([], []))
+            groups.append([])
         if isinstance(item, ToolCall):
             names[item.id] = item.name
-            groups[-1][1].append(item)
-        else:
-            groups[-1][0].append(item)
-    return [_message(parts, calls) for parts, calls in groups]
+        groups[-1].append(item)
+    return [_message(items, {}) for items in groups]
 
 
 def from_anthropic_messages(system: str | None, wire: Iterable[Mapping[str, Any]]) -> list[Message]:
@@ -346,11 +422,25 @@ def _usage(raw: object) -> Usage:
     return Usage(sum(parts) if parts else None, count(raw.get("output_tokens")), read)
 
 
+def _reply_metadata(body: dict[str, Any]) -> dict[str, JsonValue]:
+    """What a reply reports beside its content that the message keeps (see
+    `CONTEXT_MANAGEMENT_KEY`, `USAGE_KEY`)."""
+    metadata: dict[str, JsonValue] = {}
+    if isinstance(body.get("context_management"), dict):
+        metadata[CONTEXT_MANAGEMENT_KEY] = body["context_management"]
+    usage = body.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("iterations"), list):
+        metadata[USAGE_KEY] = usage
+    return metadata
+
+
 def response_from_anthropic(body: object) -> ChatResponse:
     """A Messages API reply (the JSON object) as a `ChatResponse`: its tool_use blocks as
     calls; a reply of text alone as its text blocks joined; else every other block as a part,
     in order (thinking and redacted_thinking as `ReasoningPart`s, unknown blocks as
-    `ProviderPart`s; see `turnlog.models.anthropic_parts`).
+    `ProviderPart`s; see `turnlog.models.anthropic_parts`), with a place marker for each call
+    that another block follows. The applied context edits and a compaction's usage go to the
+    message's metadata (`CONTEXT_MANAGEMENT_KEY`, `USAGE_KEY`).
 
     Raises:
         MalformedReply: no content list, or a block without its fields.
@@ -359,18 +449,11 @@ def response_from_anthropic(body: object) -> ChatResponse:
     """
     content = field_of(body, "content", list, "the reply")
     assert isinstance(body, dict) and isinstance(content, list)
-    parts: list[Part] = []
-    calls: list[ToolCall] = []
-    for block in content:
-        item = _read(block, "the reply")
-        if isinstance(item, ToolCall):
-            calls.append(item)
-        else:
-            parts.append(item)
+    items = [_read(block, "the reply") for block in content]
     model = body.get("model")
     reason = body.get("stop_reason")
     response = ChatResponse(
-        message=_message(parts, calls),
+        message=_message(items, _reply_metadata(body)),
         usage=_usage(body.get("usage")),
         model=model if isinstance(model, str) else "",
         stop_reason=reason if isinstance(reason, str) else None,
@@ -387,6 +470,7 @@ class AnthropicStream:
         self._partial: dict[int, list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._stop: str | None = None
+        self._context: dict[str, Any] | None = None
         self._closed: set[int] = set()
         self._ended = False
 
@@ -426,6 +510,8 @@ class AnthropicStream:
             delta = event.get("delta") or {}
             if isinstance(delta.get("stop_reason"), str):
                 self._stop = delta["stop_reason"]
+            if isinstance(event.get("context_management"), dict):
+                self._context = event["context_management"]
             self._add_usage(event.get("usage"))
         elif kind == "error":
             error = event.get("error") or {}
@@ -457,6 +543,9 @@ class AnthropicStream:
         elif delta.get("type") == "signature_delta":
             # the signature comes whole, just before the block's stop (the client sets it)
             block["signature"] = str(field_of(delta, "signature", str, "a signature delta"))
+        elif delta.get("type") == "compaction_delta":
+            # the summary comes whole in one delta (the client sets the block's fields to it)
+            block.update((k, v) for k, v in delta.items() if k != "type")
         return None
 
     def response(self) -> ChatResponse:
@@ -491,4 +580,6 @@ class AnthropicStream:
                     raise MalformedReply(f"a streamed tool input is not JSON: {exc}") from exc
             content.append(block)
         message = dict(self._message, content=content, usage=self._usage, stop_reason=self._stop)
+        if self._context is not None:
+            message["context_management"] = self._context
         return response_from_anthropic(message)

@@ -13,7 +13,8 @@ Sent:
   redacted, a `redacted_thinking` block (its data), exactly as received; a thinking part without
   a signature (the API refuses one) and reasoning of any other provider are left out;
 - `ProviderPart` of provider "anthropic" -> its block as stored (a copy); any other provider's
-  is left out.
+  is left out, and so is a place marker (`MARKER_KIND`: where a tool_use block stood among a
+  reply's other blocks, which `turnlog.models.anthropic_format` sends the call at).
 
 What the API cannot take (audio, an attachment reference no store resolves yet, an image or file
 type the API does not read) goes as a text block holding the part's note
@@ -22,7 +23,8 @@ type the API does not read) goes as a text block holding the part's note
 Read: `thinking` -> `ReasoningPart("anthropic", text=, signature=)`, `redacted_thinking` ->
 `ReasoningPart("anthropic", encrypted=<data>, redacted=True)`, image and document blocks ->
 `ImagePart` / `FilePart`, any other block but text and tool_use ->
-`ProviderPart("anthropic", <its type>, <the block>)`.
+`ProviderPart("anthropic", <its type>, <the block>)` (a `compaction` block of the API's
+server-side compaction among them, kept whole: content, encrypted content and signature).
 """
 
 from __future__ import annotations
@@ -43,13 +45,47 @@ from turnlog.parts import (
 )
 from turnlog.text import part_note
 
-__all__ = ["IMAGE_TYPES", "PROVIDER", "block_part", "part_block"]
+__all__ = [
+    "COMPACTION",
+    "IMAGE_TYPES",
+    "MARKER_KIND",
+    "PROVIDER",
+    "block_part",
+    "call_marker",
+    "marked_call",
+    "part_block",
+]
 
 PROVIDER: Final = "anthropic"
 """The provider name of the reasoning and provider parts this wire format makes and takes."""
 
 IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """The media types of the images the Messages API takes inline."""
+
+MARKER_KIND: Final = "tool_use"
+"""The kind of the `ProviderPart` that marks where a tool_use block stood among a reply's
+blocks: `ProviderPart("anthropic", "tool_use", {"id": <the call's id>})`. Only a call that
+another block followed gets one (interleaved thinking: thinking between tool calls); a reply
+whose calls come last has none, and is stored as it was before markers existed. The marker is
+never sent: the call's tool_use block goes in its place."""
+
+COMPACTION: Final = "compaction"
+"""The type of the block the API's server-side compaction returns (`compact_20260112`)."""
+
+
+def call_marker(call_id: str) -> ProviderPart:
+    """The place marker of the call `call_id` (see `MARKER_KIND`)."""
+    return ProviderPart(PROVIDER, MARKER_KIND, {"id": call_id})
+
+
+def marked_call(part: Part) -> str | None:
+    """The call id of a place marker (see `MARKER_KIND`); None for any other part."""
+    if type(part) is not ProviderPart or part.provider != PROVIDER or part.kind != MARKER_KIND:
+        return None
+    data = part.data
+    if isinstance(data, dict) and len(data) == 1 and isinstance(data.get("id"), str):
+        return str(data["id"])
+    return None
 
 
 def _b64(data: bytes) -> str:
@@ -112,6 +148,8 @@ def part_block(part: Part) -> dict[str, Any] | None:
     if type(part) is ProviderPart:
         if part.provider != PROVIDER or not isinstance(part.data, dict):
             return None
+        if marked_call(part) is not None:
+            return None  # a place marker: the caller puts the call's block there
         block: dict[str, Any] = copy.deepcopy(part.data)
         return block
     return _note(part)  # audio: the Messages API takes none
