@@ -109,10 +109,12 @@ class RedisClusterStore(RedisStore):
         tail: list[Any],
         fence: str = "",
         media: Sequence[str] = (),
+        sends: Sequence[tuple[Any, ...]] = (),
     ) -> Any:
         """Claim the batch's ids for the session's incarnation (`fence` when given), then run
         the append script fenced by that incarnation (its keys: the session's, then the
-        attachment keys `media`, all in the session's slot).
+        attachment keys `media`, all in the session's slot), after the commands `sends` that
+        send the bytes of attachments ahead of it (to the same node).
 
         Returns the script's reply, or None to run it again (the incarnation was dead: its
         claims are released; with a `fence`, the 'changed' reply itself).
@@ -124,7 +126,7 @@ class RedisClusterStore(RedisStore):
         owner = index_member(session_id, inc)
         fresh = self._reserve(session_id, batch, owner)
         keys = [*self._keys.session(session_id)[:2], *media]
-        reply = self._run("append", keys, [expected, inc, session_id, "0", *tail])
+        reply = self._run_after(sends, "append", keys, [expected, inc, session_id, "0", *tail])
         if reply[0] in (b"changed", b"nosession"):
             self._forget(session_id)  # a dead incarnation: its claims can go
             self._release((self._keys.event(i), owner) for i in fresh)

@@ -167,6 +167,9 @@ class RedisCore:
         }
         self._incs: dict[str, str] = {}
         self._incs_lock = threading.Lock()
+        # (session id, reference) of attachments this handle stored or saw stored: an append
+        # naming them again does not send their bytes (the script says when it lacks them).
+        self._held: dict[tuple[str, str], None] = {}
         self._tails = TailMemory()  # fenced by the session's incarnation
         self._opening = threading.Lock()
         self.open()
@@ -301,6 +304,45 @@ class RedisCore:
             return self._client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         except NoScriptError:  # flushed again between the load and the call: send the text
             return self._client.execute_command("EVAL", SCRIPTS[name], len(keys), *keys, *args)
+
+    def _run_after(
+        self,
+        commands: Sequence[tuple[Any, ...]],
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> Any:
+        """`_run`, sent in one pipeline after `commands`, which the server runs first (all
+        of them on the keys of one slot, so on the script's node, in order).
+
+        Raises:
+            RedisError: the first error of `commands`, or the script's.
+        """
+        if not commands:
+            return self._run(name, keys, args)
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute_command("EVALSHA", self._shas[name], len(keys), *keys, *args)
+        results = pipe.execute(raise_on_error=False)
+        for result in results[:-1]:
+            if isinstance(result, Exception):
+                raise result
+        if isinstance(results[-1], NoScriptError):  # what `commands` wrote stays: run it now
+            return self._run(name, keys, args)
+        if isinstance(results[-1], Exception):
+            raise results[-1]
+        return results[-1]
+
+    def _note_held(self, session_id: str, refs: Iterable[str]) -> None:
+        if len(self._held) >= 10_000:
+            self._held.clear()
+        for ref in refs:
+            self._held[session_id, ref] = None
+
+    def _held_of(self, session_id: str, refs: Iterable[str]) -> set[str]:
+        """Those of `refs` this handle believes the session holds."""
+        return {ref for ref in refs if (session_id, ref) in self._held}
 
     def _pipeline(self, commands: Sequence[tuple[Any, ...]], **options: Any) -> list[Any]:
         """Run commands in pipelines of `PIPE`; EVALSHA of `release` is reloaded on NOSCRIPT.

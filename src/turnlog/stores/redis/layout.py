@@ -32,11 +32,13 @@ from turnlog.stores.attachments import Split, check_ref
 from turnlog.stores.base import check_boundaries
 
 __all__ = [
+    "ATTACHMENT_CHUNK",
     "SCRIPTS",
     "Keys",
     "attachment_args",
     "batch_args",
     "check_prefix",
+    "chunk_range",
     "decode_record",
     "event_of",
     "events_of",
@@ -54,16 +56,38 @@ _header_decoder: Final = msgspec.json.Decoder(tuple[str, str, int, int])
 
 
 def _load_scripts() -> dict[str, str]:
+    """The scripts of scripts.lua by name. A section whose name starts with `_` is a piece of
+    text shared by scripts, not a script: a line `--+ <name>` of a script is replaced by it
+    (Redis scripts cannot call one another, so the text is repeated in each, here and not
+    in the file)."""
     text = resources.files("turnlog.stores.redis").joinpath("scripts.lua").read_text("utf-8")
-    scripts: dict[str, str] = {}
+    sections: dict[str, str] = {}
     for part in text.split("\n--! ")[1:]:
         name, _, body = part.partition("\n")
-        scripts[name.strip()] = body
-    return scripts
+        sections[name.strip()] = body
+    pieces = {name: body for name, body in sections.items() if name.startswith("_")}
+
+    def include(match: re.Match[str]) -> str:
+        return pieces[match.group(1)].rstrip("\n")
+
+    return {
+        name: re.sub(r"^--\+ (\S+)$", include, body, flags=re.MULTILINE)
+        for name, body in sections.items()
+        if not name.startswith("_")
+    }
 
 
 SCRIPTS: Final = _load_scripts()
 """The Lua scripts by name (scripts.lua)."""
+
+ATTACHMENT_CHUNK: Final = 65_472
+"""Bytes per element of an attachment's list: 64 bytes under 64 KiB, so that an element with
+the headers of Redis's string and list encodings (a few bytes) fills jemalloc's 64 KiB size
+class exactly. One string of 1 MiB would take the next class up, 1.25 MiB."""
+
+_STAGED_MS: Final = 600_000
+"""How long bytes sent ahead of the append script live if the script never takes them (a
+writer that died between the two): ten minutes."""
 
 _PLAIN: Final = re.compile(r"[A-Za-z0-9_.~-]+")
 
@@ -138,8 +162,15 @@ class Keys:
         return keys
 
     def attachment(self, session_id: str, ref: str) -> str:
-        """The key of the bytes of attachment `ref` (`sha256:<hex>`) in the session's slot."""
+        """The key of the bytes of attachment `ref` (`sha256:<hex>`) in the session's slot: a
+        list of chunks of `ATTACHMENT_CHUNK` bytes."""
         return f"{self.session(session_id)[3]}:{ref[7:]}"
+
+    def staged(self, session_id: str, ref: str, nonce: str) -> str:
+        """The key an append sends the bytes of `ref` to before its script runs (`nonce`: one
+        per append), in the session's slot; the script renames it to `attachment(...)` or
+        deletes it."""
+        return f"{self.session(session_id)[3][:-1]}u:{ref[7:]}:{nonce}"
 
     def event(self, event_id: str) -> str:
         """The key of an event id's claim."""
@@ -244,20 +275,50 @@ def batch_args(
     return args, list(required), invalid
 
 
-def attachment_args(keys: Keys, session_id: str, split: Split) -> tuple[list[str], list[Any]]:
-    """The append script's keys and arguments for the attachments of a batch (see scripts.lua):
-    the session's attachment hash and the key of each byte string; then how many byte strings,
-    each as hex, size, bytes, and how many references the batch names, each as hex and size
-    ('' when the part gives none)."""
+def attachment_args(
+    keys: Keys, session_id: str, split: Split, held: Collection[str], nonce: str
+) -> tuple[list[str], list[Any], list[tuple[Any, ...]]]:
+    """The append script's keys and arguments for the attachments of a batch (see scripts.lua),
+    and the commands that send the bytes ahead of it.
+
+    `held`: the references the session is believed to hold already; their bytes are not sent
+    (the script replies 'lacks' if it does not hold them after all).
+
+    Returns:
+        The keys: the session's attachment hash, the key of each attachment's bytes, then the
+        key each one's bytes are sent to. The arguments: how many attachments, each as hex,
+        size and '1' when its bytes are sent ('0' when not); how many references the batch
+        names, each as hex and size ('' when the part gives none). The commands, to run
+        before the script on the same connection: per attachment sent, UNLINK its staging key,
+        RPUSH its chunks there and give it a TTL (`_STAGED_MS`).
+    """
     blobs = split.blobs
-    names = [keys.session(session_id)[3], *(keys.attachment(session_id, r) for r in blobs)]
+    finals = [keys.attachment(session_id, r) for r in blobs]
+    staging = [keys.staged(session_id, r, nonce) for r in blobs]
     args: list[Any] = [len(blobs)]
-    for ref, data in blobs.items():
-        args += (ref[7:], len(data), data)
+    commands: list[tuple[Any, ...]] = []
+    for (ref, data), key in zip(blobs.items(), staging, strict=True):
+        send = ref not in held
+        args += (ref[7:], len(data), "1" if send else "0")
+        if send:
+            view = memoryview(data)
+            chunks = [
+                view[at : at + ATTACHMENT_CHUNK] for at in range(0, len(data), ATTACHMENT_CHUNK)
+            ]
+            commands += [("UNLINK", key), ("RPUSH", key, *chunks), ("PEXPIRE", key, _STAGED_MS)]
     args.append(len(split.named))
     for ref, size in split.named.items():
         args += (check_ref(ref)[7:], "" if size is None else size)
-    return names, args
+    return [keys.session(session_id)[3], *finals, *staging], args, commands
+
+
+def chunk_range(offset: int, length: int | None) -> tuple[int, int]:
+    """The first and last index of the chunks holding `length` bytes from `offset` (the last
+    -1 for "to the end"); `length` is not 0."""
+    first = offset // ATTACHMENT_CHUNK
+    if length is None:
+        return first, -1
+    return first, (offset + length - 1) // ATTACHMENT_CHUNK
 
 
 def split_record(

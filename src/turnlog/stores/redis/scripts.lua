@@ -12,25 +12,17 @@
 --   KEYS[2] <p>:{<sid>}:r  set: event ids claimed for this session by failed appends (cluster)
 --   KEYS[3] <p>:{<sid>}:k  set: the index keys this incarnation was added to
 --   KEYS[4] <p>:{<sid>}:a  hash: the session's attachments, hex of the sha256 -> size; the
---       bytes of each in the string <p>:{<sid>}:a:<hex> (same tag, so same slot). Every key a
+--       bytes of each in the list <p>:{<sid>}:a:<hex> (same tag, so same slot), in chunks of
+--       65,472 bytes (layout.ATTACHMENT_CHUNK). An append sends new bytes ahead of its script,
+--       outside Lua, to <p>:{<sid>}:u:<hex>:<nonce> (a TTL of minutes), which the script
+--       renames into place or deletes. Every key a
 --       script touches is in its KEYS (so a cluster routes and migrates it right): the save
 --       and delete scripts take the session's byte keys as KEYS[5...], and when those are not
 --       exactly the keys the hash names, they write nothing and reply
 --       {'attachments', hex, ...}, for the caller to run them again with those keys.
 
---! save
--- Create or update a session; KEYS[5...]: the keys of its attachments' bytes (see above).
--- ARGV: mode ('create' | 'save'), inc (new incarnation), expected inc ('' = believed absent),
---       created us, expires us (''), metadata JSON, expires ms (''), grace ms ('' = no key expiry),
---       then the index keys to record.
--- Returns {'ok', inc} | {'exists'} | {'changed'} (absent/present/incarnation not as believed).
--- Everything is computed before the first write (a failed script is not rolled back).
-local kx = ''
-if ARGV[7] ~= '' and ARGV[8] ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
-end
+--! _undeclared
+-- Shared by save and delete (layout.py puts it where a line reads `--+ _undeclared`).
 local function undeclared() -- {'attachments', hex...} unless KEYS[5...] are the bytes' keys
   local n = redis.call('HLEN', KEYS[4])
   if n == #KEYS - 4 then -- as many keys as fields: all present and distinct, or not these
@@ -53,6 +45,21 @@ local function undeclared() -- {'attachments', hex...} unless KEYS[5...] are the
   table.insert(out, 1, 'attachments')
   return out
 end
+
+--! save
+-- Create or update a session; KEYS[5...]: the keys of its attachments' bytes (see above).
+-- ARGV: mode ('create' | 'save'), inc (new incarnation), expected inc ('' = believed absent),
+--       created us, expires us (''), metadata JSON, expires ms (''), grace ms ('' = no key expiry),
+--       then the index keys to record.
+-- Returns {'ok', inc} | {'exists'} | {'changed'} (absent/present/incarnation not as believed).
+-- Everything is computed before the first write (a failed script is not rolled back).
+local kx = ''
+if ARGV[7] ~= '' and ARGV[8] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  kx = string.format('%d', math.max(tonumber(ARGV[7]), now) + tonumber(ARGV[8]))
+end
+--+ _undeclared
 local cur = redis.call('HGET', KEYS[1], 'inc')
 if cur then
   if ARGV[1] == 'create' then
@@ -97,28 +104,7 @@ if ARGV[2] ~= '' and m[1] ~= ARGV[2] then return {'changed'} end
 if ARGV[1] ~= '' and (m[2] == '' or later(m[2], ARGV[1])) then
   return {'kept', m[2]}
 end
-local function undeclared() -- {'attachments', hex...} unless KEYS[5...] are the bytes' keys
-  local n = redis.call('HLEN', KEYS[4])
-  if n == #KEYS - 4 then -- as many keys as fields: all present and distinct, or not these
-    local from, ok, seen = #KEYS[4] + 2, true, {}
-    for i = 5, #KEYS, 1000 do
-      local hexes = {}
-      for j = i, math.min(i + 999, #KEYS) do
-        local hex = string.sub(KEYS[j], from)
-        if seen[hex] or string.sub(KEYS[j], 1, from - 1) ~= KEYS[4] .. ':' then ok = false end
-        seen[hex] = true
-        hexes[#hexes + 1] = hex
-      end
-      for _, size in ipairs(redis.call('HMGET', KEYS[4], unpack(hexes))) do
-        if not size then ok = false end
-      end
-    end
-    if ok then return nil end
-  end
-  local out = redis.call('HKEYS', KEYS[4])
-  table.insert(out, 1, 'attachments')
-  return out
-end
+--+ _undeclared
 local names = undeclared()
 if names then return names end
 local ids = {}
@@ -145,13 +131,16 @@ return {'deleted', m[1], ids, reserved, indexed}
 -- then n times: id, kind (M/C/E), record, k, and k ids (for C: the ids its view names)
 -- then r ids;
 -- then, only for a batch with attachments (nothing at all otherwise): m, and m times hex (of
--- the sha256), size, bytes; q, and q times hex and size ('' = not given) of the references
--- the batch names, which the session must hold. KEYS[a] is then the session's attachment hash
--- and KEYS[a + j] the key of byte string j, where a = 3 + n on a standalone store (after the
--- event-id keys), 3 on a cluster.
+-- the sha256), size, sent ('1': its bytes were sent to its staging key, '0': not sent, the
+-- caller believes the session holds them); q, and q times hex and size ('' = not given) of
+-- the references the batch names, which the session must hold. KEYS[a] is then the session's
+-- attachment hash, KEYS[a + j] the key of attachment j's bytes and KEYS[a + m + j] its staging
+-- key, where a = 3 + n on a standalone store (after the event-id keys), 3 on a cluster.
+-- Whatever the reply, no staging key is left: it is renamed into place or deleted.
 -- Returns {'ok', version, appended} | {'nosession'} | {'changed'} | {'foreign', id, owner}
 --       | {'conflict', version} | {'unknown', id} | {'invalid'}
 --       | {'refs', size, ...} (the sizes the session holds of the q references, '' = none)
+--       | {'lacks', hex, ...} (attachments the session does not hold, whose bytes were not sent)
 local s, reserved = KEYS[1], KEYS[2]
 local idkeys = ARGV[4] == '1'
 
@@ -212,13 +201,33 @@ for i = 1, n do
   at = at + 4 + k
 end
 
+-- The attachments' keys (a batch with attachments only): the staging keys of the bytes sent
+-- are renamed into place below, or deleted by every other reply (done()).
+local mat, akey, abase, staged = at + math.max(r, 0), nil, nil, {}
+if ARGV[mat] then
+  abase = idkeys and 3 + n or 3
+  akey = KEYS[abase]
+  for j = 1, tonumber(ARGV[mat]) do
+    if ARGV[mat + 3 * j] == '1' then staged[#staged + 1] = j end
+  end
+end
+local function done(reply)
+  local m = tonumber(ARGV[mat])
+  for i = 1, #staged, CHUNK do
+    local keys = {}
+    for j = i, math.min(i + CHUNK - 1, #staged) do keys[#keys + 1] = KEYS[abase + m + staged[j]] end
+    redis.call('UNLINK', unpack(keys))
+  end
+  return reply
+end
+
 -- The session's state and which ids it holds: one HMGET (one more per 1000 events).
 local fields = {'inc', 'v', 'kx'}
 for i = 1, n do fields[3 + i] = '#' .. events[i][2] end
 local got = hmget(fields)
 local st = {got[1], got[2], got[3]}
-if not st[1] then return {'nosession'} end
-if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return {'changed'} end
+if not st[1] then return done({'nosession'}) end
+if ARGV[2] ~= '' and ARGV[2] ~= st[1] then return done({'changed'}) end
 local fresh = {}
 for i = 1, n do
   if not got[3 + i] then fresh[#fresh + 1] = events[i] end
@@ -232,11 +241,11 @@ if idkeys then
     local claims = redis.call('MGET', unpack(keys))
     for j = i, math.min(i + CHUNK - 1, #fresh) do
       local o = claims[j - i + 1]
-      if o and o ~= owner then return {'foreign', fresh[j][2], o} end
+      if o and o ~= owner then return done({'foreign', fresh[j][2], o}) end
     end
   end
 end
-if #fresh == 0 then return {'ok', ver, 0} end
+if #fresh == 0 then return done({'ok', ver, 0}) end
 
 -- A refusal writes only this (cluster): the ids it claimed, so deleting the session frees them.
 local function keep_claims()
@@ -248,11 +257,11 @@ end
 local expected = tonumber(ARGV[1])
 if expected >= 0 and expected ~= ver then
   keep_claims()
-  return {'conflict', ver}
+  return done({'conflict', ver})
 end
 if r < 0 then
   keep_claims()
-  return {'invalid'}
+  return done({'invalid'})
 end
 if r > 0 then
   local names = {}
@@ -261,32 +270,36 @@ if r > 0 then
   for j = 1, r do
     if not refs[j] or string.sub(refs[j], 1, 1) ~= 'M' then
       keep_claims()
-      return {'unknown', ARGV[at + j - 1]}
+      return done({'unknown', ARGV[at + j - 1]})
     end
   end
 end
 
--- Attachments: which byte strings the session lacks (stored below), and whether it holds
--- every reference the batch names, with the size given.
-local akey, blobs, new = nil, {}, {}
-local mat = at + r
-if ARGV[mat] then
-  akey = idkeys and KEYS[3 + n] or KEYS[3]
-  local base = idkeys and 3 + n or 3
+-- Attachments: which the session lacks (stored below, from their staging keys), and whether
+-- it holds every reference the batch names, with the size given.
+local blobs, new = {}, {}
+if akey then
   local m = tonumber(ARGV[mat])
   local q = tonumber(ARGV[mat + 3 * m + 1])
   local hexes, sizes = {}, {}
   for j = 1, m do
     local p = mat + 3 * j - 2
-    blobs[j] = {ARGV[p], ARGV[p + 1], p + 2, KEYS[base + j]}
+    blobs[j] = {ARGV[p], ARGV[p + 1], ARGV[p + 2] == '1', KEYS[abase + j], KEYS[abase + m + j]}
     hexes[j] = ARGV[p]
     sizes[ARGV[p]] = ARGV[p + 1]
   end
   local named = mat + 3 * m + 2
   for j = 1, q do hexes[m + j] = ARGV[named + 2 * j - 2] end
   local held = hmget(hexes, akey)
+  local lacks = {'lacks'}
   for j = 1, m do
-    if not held[j] then new[#new + 1] = blobs[j] end
+    if not held[j] then
+      if blobs[j][3] and redis.call('EXISTS', blobs[j][5]) == 1 then
+        new[#new + 1] = blobs[j]
+      else
+        lacks[#lacks + 1] = blobs[j][1]
+      end
+    end
   end
   local refused = false
   for j = 1, q do
@@ -297,7 +310,11 @@ if ARGV[mat] then
     keep_claims()
     local out = {'refs'}
     for j = 1, q do out[j + 1] = held[m + j] or '' end
-    return out
+    return done(out)
+  end
+  if #lacks > 1 then
+    keep_claims()
+    return done(lacks)
   end
 end
 
@@ -356,14 +373,14 @@ if last then redis.call('HSET', s, 'b', last[1], 'bv', table.concat(before, ',')
 if not idkeys and redis.call('EXISTS', reserved) == 1 then
   for _, f in ipairs(fresh) do redis.call('SREM', reserved, f[2]) end
 end
-if #new > 0 then -- the byte strings the session lacked, with the session's key expiry
+if #new > 0 then -- the attachments the session lacked, with the session's key expiry
   local kx = st[3] ~= '' and st[3] or nil
   for i = 1, #new, CHUNK do
     local sizes = {}
     for j = i, math.min(i + CHUNK - 1, #new) do
       local b = new[j]
-      redis.call('SET', b[4], ARGV[b[3]])
-      if kx then redis.call('PEXPIREAT', b[4], kx) end
+      redis.call('RENAME', b[5], b[4]) -- the staging key's TTL goes with it: replaced next
+      if kx then redis.call('PEXPIREAT', b[4], kx) else redis.call('PERSIST', b[4]) end
       sizes[#sizes + 1] = b[1]
       sizes[#sizes + 1] = b[2]
     end
@@ -371,7 +388,7 @@ if #new > 0 then -- the byte strings the session lacked, with the session's key 
   end
   if kx then redis.call('PEXPIREAT', akey, kx) end
 end
-return {'ok', total, #fresh}
+return done({'ok', total, #fresh}) -- deletes the staging keys of bytes the session held
 
 --! view
 -- The records the active view needs: those the newest boundary names (before it), the boundary

@@ -75,8 +75,10 @@ from turnlog.stores.base import (
 )
 from turnlog.stores.redis.core import ATTEMPTS, RACES, RedisCore, guarded, pause
 from turnlog.stores.redis.layout import (
+    ATTACHMENT_CHUNK,
     attachment_args,
     batch_args,
+    chunk_range,
     decode_record,
     events_of,
     index_member,
@@ -458,18 +460,27 @@ class RedisStore(RedisCore):
         """
         now = time.time_ns() // 1000 if self._clock is utc_now else to_micros(self._clock())
         args, required, invalid = batch_args(batch, now)
-        tail = [len(batch), -1 if invalid else len(required), *args, *required]
+        events = [len(batch), -1 if invalid else len(required), *args, *required]
+        tail: list[Any] = events
         media: list[str] = []
-        if split is not None:  # a text-only batch sends no attachment keys or arguments
-            media, more = attachment_args(self._keys, session_id, split)
-            tail += more
+        sends: list[tuple[Any, ...]] = []
+        known = set() if split is None else self._held_of(session_id, split.blobs)
+        nonce = secrets.token_hex(8)  # names this append's staging keys
         for _ in range(ATTEMPTS):
-            reply = self._attempt(session_id, batch, expected, tail, fence, media)
+            if split is not None:  # a text-only batch sends no attachment keys or arguments
+                media, more, sends = attachment_args(self._keys, session_id, split, known, nonce)
+                tail = events + more
+            reply = self._attempt(session_id, batch, expected, tail, fence, media, sends)
             if reply is None:
                 continue
             tag = reply[0]
             if tag == b"ok":
+                if split is not None:
+                    self._note_held(session_id, split.blobs)
                 return int(reply[1]), int(reply[2]), now
+            if tag == b"lacks" and split is not None:  # believed held, but not: send them
+                known -= {"sha256:" + hex_.decode() for hex_ in reply[1:]}
+                continue
             if tag == b"nosession":
                 raise SessionNotFound(session_id)
             if tag == b"conflict":
@@ -498,9 +509,11 @@ class RedisStore(RedisCore):
         tail: list[Any],
         fence: str = "",
         media: Sequence[str] = (),
+        sends: Sequence[tuple[Any, ...]] = (),
     ) -> Any:
         """Run the append script once, the batch's event-id keys among its keys, then the
-        attachment keys `media` (fenced by the incarnation `fence` unless it is empty).
+        attachment keys `media` (fenced by the incarnation `fence` unless it is empty), after
+        the commands `sends` that send the bytes of attachments ahead of it.
 
         Returns the script's reply, or None to run it again (claims of dead incarnations were
         released).
@@ -510,7 +523,7 @@ class RedisStore(RedisCore):
         """
         keys = self._keys.session(session_id)[:2] + [self._keys.event(e.id) for e in batch]
         keys += media
-        reply = self._run("append", keys, [expected, fence, session_id, "1", *tail])
+        reply = self._run_after(sends, "append", keys, [expected, fence, session_id, "1", *tail])
         if reply[0] == b"foreign":
             self._clear_claims(session_id, batch)
             return None
@@ -714,30 +727,34 @@ class RedisStore(RedisCore):
         offset, length = check_read_range(offset, length)
         keys = self._keys.session(session_id)
         blob = self._keys.attachment(session_id, ref)
-        end = -1 if length is None else offset + length - 1
+        first, last = chunk_range(offset, length) if length != 0 else (0, 0)
+        skip = offset - first * ATTACHMENT_CHUNK
         for _ in range(ATTEMPTS):
             # One round trip to the session's node; the bytes are read only when the session
-            # holds them. The bytes of a reference never change (they are its sha256), so the
-            # only race is a delete between the two commands, which a short read shows.
+            # holds them, and only the chunks of the range. The bytes of a reference never
+            # change (they are its sha256), so the only race is a delete between the commands,
+            # which a short read shows.
             pipe = self._client.pipeline(transaction=False)
             pipe.hget(keys[0], "inc")
             pipe.hget(keys[3], ref[7:])
             if length != 0:
-                pipe.getrange(blob, offset, end)
-            inc, size, *data = pipe.execute()
+                pipe.lrange(blob, first, last)
+            inc, size, *chunks = pipe.execute()
             if size is None:
                 if inc is None:
                     raise SessionNotFound(session_id)
                 raise AttachmentNotFound(session_id, ref)
-            if not data:
+            if not chunks:
                 return b""
+            joined = b"".join(chunks[0])
+            data = joined[skip:] if length is None else joined[skip : skip + length]
             want = max(0, int(size) - offset)
             if length is not None:
                 want = min(want, length)
-            if len(data[0]) == want:
-                return bytes(data[0])
+            if len(data) == want:
+                return data
             pause(0)  # deleted meanwhile (or damaged): look again
-        return bytes(data[0])  # held, and read as stored: the service finds it damaged
+        return data  # held, and read as stored: the service finds it damaged
 
     @guarded
     def view(self, session_id: str) -> list[SessionEvent]:
