@@ -128,6 +128,29 @@ def gemini_error(code: int, status: str, message: str) -> dict:
 
 # -- the rules -------------------------------------------------------------------------------------
 
+_OPAQUE = {"args", "response", "parametersJsonSchema", "parameters", "responseJsonSchema"}
+"""Fields whose value is the caller's JSON (a Struct, a schema): their keys are kept as sent."""
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def wire(value: Any) -> Any:
+    """A request body as Gemini reads it: field names in lowerCamelCase. Google's JSON parsers
+    take a field's proto name (snake_case) too, which the client sends for some nested fields
+    (`inline_data.mime_type`, `parameters_json_schema`)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            name = _camel(key)
+            out[name] = item if name in _OPAQUE else wire(item)
+        return out
+    if isinstance(value, list):
+        return [wire(item) for item in value]
+    return value
+
 
 def _bytes(sig: Any) -> bytes | None:
     if not isinstance(sig, str):
@@ -239,9 +262,7 @@ def gemini_refusal(body: Any, issued: IssuedSignatures) -> str | None:
         if sorted(r.get("name") for r in responses) != names:
             return f"The function responses in contents[{i + 1}] do not name the calls."
         ids = {c.get("id") for c in calls if c.get("id")}
-        if any(r.get("id") not in ids for r in responses if r.get("id")) or (
-            ids and {r.get("id") for r in responses} != ids
-        ):
+        if {r.get("id") for r in responses if r.get("id")} != ids:
             return f"The function response ids in contents[{i + 1}] do not match the calls."
     for i, content in enumerate(contents):
         has_responses = any("functionResponse" in p for p in content.get("parts") or [])
@@ -269,16 +290,20 @@ class GeminiServer(ScriptedServer):
     def _gemini(self, request: Request, reply: Reply) -> Reply:
         if ":generateContent" not in request.path and ":streamGenerateContent" not in request.path:
             return reply
-        refused = gemini_refusal(request.body, self.signatures) if self.enforce_gemini else None
+        body = wire(request.body)
+        refused = gemini_refusal(body, self.signatures) if self.enforce_gemini else None
         if refused is not None:
             self.replies.appendleft(reply)  # it waits for a request the server takes
             self.refusals.append(refused)
-            body = gemini_error(400, "INVALID_ARGUMENT", refused)
-            return Reply(400, json.dumps(body).encode())
+            error = gemini_error(400, "INVALID_ARGUMENT", refused)
+            return Reply(400, json.dumps(error).encode())
         if reply.status == 200:
             self.signatures.take(_reply_parts(reply))
         return reply
 
-    @property
-    def bodies(self) -> list[Any]:
-        return [r.body for r in self.requests]
+    def body(self, index: int) -> Any:
+        """Request `index`'s body as Gemini reads it (`wire`)."""
+        return wire(self.requests[index].body)
+
+    def last_body(self) -> Any:
+        return self.body(-1)
