@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chat_harness import KINDS, Harness
-from turnlog import Message, ToolCall, ToolResult
+from turnlog import MemoryStore, Message, SessionService, ToolCall, ToolResult
 from turnlog.errors import InvalidInput
 from turnlog.parts import ProviderPart, ReasoningPart, TextPart
-from turnlog.reasoning import strip_foreign_reasoning, strip_reasoning
+from turnlog.reasoning import SentReasoning, strip_foreign_reasoning, strip_reasoning
 from turnlog.rules import check_messages, repair_messages
 
 POLICIES = ["all", "current_turn", "none"]
@@ -170,6 +170,42 @@ def test_strip_foreign_reasoning_keeps_only_the_providers_own(messages, provider
         )
         assert others_of(got) == others_of(m)
     assert others == expected_others
+
+
+def stored(session_id, messages):
+    service = SessionService(MemoryStore())
+    service.create(session_id)
+    for m in messages:
+        service.append_message(session_id, m, check_rules=False)
+    return service.events(session_id)
+
+
+@settings(max_examples=100, deadline=None)
+@given(conversations(), st.sampled_from(POLICIES))
+def test_sent_reasoning_strips_as_strip_reasoning_does_and_reuses_what_it_rebuilt(messages, policy):
+    events = stored("s", messages)
+    sent = SentReasoning(policy)
+    first = sent.strip(events, [e.message for e in events])
+    assert first == strip_reasoning(messages, policy)
+    again = sent.strip(events, [e.message for e in events])
+    assert again == first
+    for a, b, m in zip(first, again, messages, strict=True):
+        if a != m:  # rebuilt: the second call takes the kept message back
+            assert b is a
+    other = stored("t", messages)  # another session's events are not taken for these
+    assert sent.strip(other, [e.message for e in other]) == first
+
+
+def test_sent_reasoning_keeps_at_most_maxsize_messages():
+    messages = [Message.user("q")]
+    for n in range(10):
+        messages += [Message.assistant(parts=[thinking(n), f"a{n}"]), Message.user(f"q{n}")]
+    events = stored("s", messages)
+    sent = SentReasoning("current_turn", maxsize=4)
+    assert sent.strip(events, [e.message for e in events]) == strip_reasoning(
+        messages, "current_turn"
+    )
+    assert len(sent._cache) == 4
 
 
 # -- the runners: what the model was sent --------------------------------------------------------

@@ -51,10 +51,10 @@ from turnlog.models.windows import ModelLimits
 from turnlog.reasoning import (
     DEFAULT_REASONING,
     ReasoningPolicy,
+    SentReasoning,
     check_counted_reasoning,
     check_reasoning_policy,
     strip_foreign_reasoning,
-    strip_reasoning,
 )
 from turnlog.rules import repair_messages
 from turnlog.service_async import AsyncSessionService
@@ -211,6 +211,7 @@ class AsyncSessionChat:
             trigger = bind_context_window(trigger, window, model_name(model))
         self._meter = ContextMeter(self.limits, self.reasoning, context_warning, model_name(model))
         self._foreign_warned: set[str] = set()  # sessions told their old reasoning is not sent
+        self._sent_reasoning = SentReasoning(self.reasoning)
         check_counted_reasoning(self.reasoning, strategy, trigger)
         if max_tool_result_tokens is not None and (
             isinstance(max_tool_result_tokens, bool)
@@ -466,7 +467,8 @@ class AsyncSessionChat:
     def _prompt(self, session_id: str, sent: list[SessionEvent]) -> list[Message]:
         """The messages to send: the view's, the reasoning `self.reasoning` leaves out and
         that of other providers removed, repaired, the stable prefix marked."""
-        messages = [self._shown(e) for e in sent if e.message is not None]
+        events = [e for e in sent if e.message is not None]
+        messages = self._sent_reasoning.strip(events, [self._shown(e) for e in events])
         provider = getattr(self.model, "provider", None)
         if isinstance(provider, str):  # a model that names its provider: drop the others'
             messages, others = strip_foreign_reasoning(messages, provider)
@@ -487,7 +489,7 @@ class AsyncSessionChat:
                 messages[end] = replace(
                     marked, metadata={**marked.metadata, CACHE_BREAKPOINT_KEY: True}
                 )
-        return repair_messages(strip_reasoning(messages, self.reasoning))
+        return repair_messages(messages)
 
     async def _claim(self, session_id: str, ids: TurnIds, step: int) -> bool:
         """Append the claim of tool round `step`; False when it was claimed before.

@@ -20,19 +20,22 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final, Literal, TypeAlias, get_args
 
 import msgspec
 
 from turnlog.errors import InvalidInput
-from turnlog.events import Message
+from turnlog.events import Message, SessionEvent
 from turnlog.parts import Part, ReasoningPart, TextPart, only_text, part_text
 
 __all__ = [
     "DEFAULT_REASONING",
     "REASONING_POLICIES",
     "ReasoningPolicy",
+    "SentReasoning",
     "check_counted_reasoning",
     "check_reasoning_policy",
     "reasoning_end",
@@ -209,3 +212,56 @@ def _rebuilt(message: Message, kept: tuple[Part, ...]) -> Message:
     # parts), without checking it all again (a compaction pass rebuilds thousands of these).
     parts = () if only_text(kept) else kept
     return msgspec.structs.replace(message, text=part_text(kept), parts=parts)
+
+
+class SentReasoning:
+    """`strip_reasoning` over the messages of stored events, remembering what it rebuilt.
+
+    A turn runner strips the view's reasoning before every model call, and a tool loop sends
+    the same finished turns again each round: a stored event never changes, so the message
+    rebuilt without its reasoning is kept (by session, id and seq, least recently used first
+    out, at most `maxsize`) and the next call takes it back instead of rebuilding it.
+
+    Args:
+        policy: the reasoning policy.
+        maxsize: the most rebuilt messages kept.
+
+    Raises:
+        InvalidInput: `policy` is not a reasoning policy.
+    """
+
+    __slots__ = ("_cache", "_lock", "maxsize", "policy")
+
+    def __init__(self, policy: ReasoningPolicy, maxsize: int = 4_096) -> None:
+        self.policy: ReasoningPolicy = check_reasoning_policy(policy)
+        self.maxsize = maxsize
+        self._cache: OrderedDict[tuple[str, str, int], Message] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def strip(self, events: Sequence[SessionEvent], messages: Sequence[Message]) -> list[Message]:
+        """`strip_reasoning(messages, policy)`, `messages[i]` being the message of
+        `events[i]` as it is sent (an assistant message exactly as stored)."""
+        out = list(messages)
+        cache, lock = self._cache, self._lock
+        for at in range(reasoning_end([m.role for m in messages], self.policy)):
+            message = out[at]
+            if message.role != "assistant" or not message.parts:
+                continue
+            event = events[at]
+            key = None if event.seq is None else (event.session_id, event.id, event.seq)
+            if key is not None:
+                with lock:
+                    kept = cache.get(key)
+                    if kept is not None:
+                        cache.move_to_end(key)
+                if kept is not None:
+                    out[at] = kept
+                    continue
+            stripped = without_reasoning(message)
+            if key is not None and stripped is not message:
+                with lock:
+                    cache[key] = stripped
+                    if len(cache) > self.maxsize:
+                        cache.popitem(last=False)
+            out[at] = stripped
+        return out
