@@ -70,10 +70,17 @@ class Samples:
 
     name: str
     per_op: list[float] = field(default_factory=list)
+    cpu_per_op: list[float] = field(default_factory=list)
+    """The same blocks in the process's CPU time (`time.process_time`), for a machine whose
+    other jobs make the wall time swing."""
 
     @property
     def median(self) -> float:
         return statistics.median(self.per_op)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_per_op)
 
     def quantile(self, q: float) -> float:
         ordered = sorted(self.per_op)
@@ -97,12 +104,13 @@ def interleave(contenders: dict[str, Block], rounds: int, seed: int) -> dict[str
             gc.collect()
             gc.disable()
             try:
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 ops = contenders[name]()
-                elapsed = time.perf_counter() - start
+                elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             finally:
                 gc.enable()
             samples[name].per_op.append(elapsed / ops)
+            samples[name].cpu_per_op.append(cpu / ops)
     return samples
 
 

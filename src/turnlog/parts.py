@@ -57,7 +57,7 @@ def _check_text(value: object, what: str) -> str:
     """Return `value` if it is a string that UTF-8 can carry, else raise `InvalidInput`."""
     if not isinstance(value, str):
         raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
-    if _SURROGATE.search(value):
+    if not value.isascii() and _SURROGATE.search(value):  # isascii: O(1), a flag of the str
         raise InvalidInput(
             f"{what} holds a lone surrogate code point, which UTF-8 cannot store: "
             "decode the text with errors='replace' first"
