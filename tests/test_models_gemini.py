@@ -628,6 +628,28 @@ def test_another_providers_reasoning_is_never_sent(runner, server):
     }
 
 
+def test_the_adapter_itself_sends_no_other_providers_reasoning_or_parts(server, model):
+    server.reply_json(gemini_reply([text("Hi again.")]))
+    claude = Message.assistant(
+        parts=[
+            ReasoningPart("anthropic", text="secret thinking", signature="sig-claude"),
+            ReasoningPart("openai", text="openai summary", signature="rs_1"),
+            ProviderPart("openai", "web_search_call", {"id": "ws_1"}),
+            "Hello.",
+        ],
+        tool_calls=[ToolCall("call_1", "get_time", "{}")],
+    )
+    results = Message.tool(ToolResult("call_1", "get_time", "09:30"))
+    model.respond([Message.user("hi"), claude, results])
+    body = json.dumps(server.last_body())
+    for leaked in ("secret thinking", "sig-claude", "openai summary", "rs_1", "ws_1"):
+        assert leaked not in body
+    assert server.last_body()["contents"][1]["parts"] == [
+        {"text": "Hello."},
+        {"functionCall": {"name": "get_time", "args": {}, "id": "call_1"}},
+    ]
+
+
 def test_geminis_reasoning_is_never_sent_to_another_provider():
     from model_servers import ScriptedServer, openai_completion
     from turnlog.models import OpenAIChatModel
