@@ -18,9 +18,10 @@ Everything lives in one PostgreSQL schema (`turnlog` by default), so several ind
   keeps ids unique across sessions.
 - `indexed_keys` and `session_index`: the metadata keys the store indexes, and one row per
   (key, JSON value, session), maintained by the server on every session write.
-- `attachments` (version 2): the bytes of large parts, once per store, by reference (sha256),
+- `attachments` (version 2): the large bytes of parts, once per store, by reference (sha256),
   with `refs`, the number of sessions holding each; `session_attachments`: which sessions hold
-  which (one row per session and reference). See `_V2_ATTACHMENTS`.
+  which (one row per session and reference). See `_V2_TABLES`. Since version 3 the bytes are in
+  `attachment_chunks`, rows of 8,120 bytes, one to a heap page (see `_V3_TABLES`).
 
 Server-side functions do each write in one round trip (`append_one`, `append_events`,
 `append_attached`, `put_session`, `delete_session`, `delete_expired`; `append_check` explains a
@@ -42,6 +43,7 @@ from psycopg import sql
 from turnlog.errors import InvalidInput, StoreError
 
 __all__ = [
+    "CHUNK_BYTES",
     "MAX_INDEXED_BYTES",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -52,7 +54,7 @@ __all__ = [
     "lock_class",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The newest schema version this turnlog knows."""
 
 MAX_INDEXED_BYTES: Final = 1024
@@ -566,7 +568,137 @@ def _migration_2(schema: str, partitions: int | None) -> list[str]:
     return statements
 
 
-MIGRATIONS: Final = {1: _migration_1, 2: _migration_2}
+# -- migration 3: attachment bytes in chunk rows of a page each ---------------------------------
+#
+# TOAST stores an EXTERNAL value in chunks of 1,996 bytes, four to an 8 KiB page, plus an index
+# entry per chunk: 1 MiB took 132 pages and 8-16 KiB of index (1.04x, and with the 100 event
+# rows naming it over the 1.1 MB of issue 25). The bytes now go to `attachment_chunks`, one row
+# of up to `CHUNK_BYTES` per heap page: a `bytea` column with STORAGE PLAIN is never compressed
+# or moved out of line (the table has no TOAST table at all), so a row of 8,120 bytes (the
+# 40 bytes of tuple header and key beside it) fills the 8,160 bytes a heap tuple may take. 1 MiB
+# is 130 pages and 130 index entries (about 3.6 KiB). Rows are keyed by the attachment's `id`
+# (8 bytes, not the 71 of its reference) and the chunk's number; a range read fetches the rows
+# of the range only.
+#
+# The refcount rule is unchanged: `attachments (ref, size, refs, id)` is still the row whose
+# lock serializes appends and deletes of a reference. The append that inserts the row (its
+# upsert returns refs = 1: an updated row has refs >= 2, since rows at 0 are deleted in the
+# transaction that brings them there) writes its chunks; the delete that removes the row at 0
+# deletes them, in its transaction.
+
+CHUNK_BYTES: Final = 8_120
+"""Bytes per row of `attachment_chunks`: 8,160 (the largest heap tuple of an 8 KiB page) less
+the tuple header (24) and the row's id, number and length word (16)."""
+
+_V3_TABLES: Final = f"""
+ALTER TABLE {{s}}.attachments ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY;
+CREATE TABLE {{s}}.attachment_chunks (
+    id bigint NOT NULL,
+    n integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (id, n)
+);
+ALTER TABLE {{s}}.attachment_chunks ALTER COLUMN data SET STORAGE PLAIN;
+INSERT INTO {{s}}.attachment_chunks (id, n, data)
+SELECT a.id, g.n, substring(a.data FROM g.n * {CHUNK_BYTES} + 1 FOR {CHUNK_BYTES})
+FROM {{s}}.attachments a,
+     generate_series(0, greatest(octet_length(a.data) - 1, 0) / {CHUNK_BYTES}) AS g(n);
+ALTER TABLE {{s}}.attachments DROP COLUMN data;
+COMMENT ON COLUMN {{s}}.attachments.id IS 'the key of its bytes in attachment_chunks';
+COMMENT ON TABLE {{s}}.attachment_chunks IS
+    'the bytes of each attachment in rows of {CHUNK_BYTES} bytes, one to a page';
+"""
+
+_V3_APPEND: Final = f"""
+CREATE OR REPLACE FUNCTION {{s}}.append_attached(
+    p_session text, p_expected bigint, p_ids text[], p_types text[], p_ts bigint[],
+    p_roles text[], p_synthetic boolean[], p_bodies bytea[], p_required text[],
+    p_boundary_at bigint, p_boundary_ids text[],
+    p_refs text[], p_data bytea[], p_named text[], p_named_sizes bigint[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v bigint;
+BEGIN
+    IF cardinality(p_named) > 0 THEN
+        -- Held to the commit (append_events takes it again): no delete of the session can
+        -- run meanwhile, so the references read here stay held.
+        PERFORM pg_advisory_xact_lock_shared(@LOCK@, hashtext(p_session));
+        IF EXISTS (
+            SELECT 1 FROM unnest(p_named, p_named_sizes) AS n(ref, size)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {{s}}.session_attachments l JOIN {{s}}.attachments a ON a.ref = l.ref
+                WHERE l.session_id = p_session AND l.ref = n.ref
+                  AND (n.size IS NULL OR a.size = n.size))
+            AND NOT EXISTS (
+                SELECT 1 FROM unnest(p_refs, p_data) AS b(ref, data)
+                WHERE b.ref = n.ref AND (n.size IS NULL OR octet_length(b.data) = n.size)))
+        THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    v := {{s}}.append_events(p_session, p_expected, p_ids, p_types, p_ts, p_roles, p_synthetic,
+        p_bodies, p_required, p_boundary_at, p_boundary_ids);
+    IF v IS NULL OR cardinality(p_refs) = 0 THEN
+        RETURN v;
+    END IF;
+    WITH linked AS (
+        INSERT INTO {{s}}.session_attachments (session_id, ref)
+        SELECT p_session, b.ref FROM unnest(p_refs) AS b(ref) ORDER BY b.ref
+        ON CONFLICT DO NOTHING
+        RETURNING ref
+    ), counted AS (
+        INSERT INTO {{s}}.attachments AS a (ref, size, refs)
+        SELECT b.ref, octet_length(b.data), 1
+        FROM unnest(p_refs, p_data) AS b(ref, data) JOIN linked USING (ref)
+        ORDER BY b.ref
+        ON CONFLICT (ref) DO UPDATE SET refs = a.refs + 1
+        RETURNING a.ref, a.id, a.refs
+    )
+    INSERT INTO {{s}}.attachment_chunks (id, n, data)
+    SELECT c.id, g.n, substring(b.data FROM g.n * {CHUNK_BYTES} + 1 FOR {CHUNK_BYTES})
+    FROM counted c JOIN unnest(p_refs, p_data) AS b(ref, data) USING (ref),
+         generate_series(0, greatest(octet_length(b.data) - 1, 0) / {CHUNK_BYTES}) AS g(n)
+    WHERE c.refs = 1;
+    RETURN v;
+END
+$fn$;
+"""
+
+_V3_UNLINK: Final = """
+CREATE OR REPLACE FUNCTION {s}.unlink_attachments(p_gone text[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_refs text[];
+    v_counts bigint[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM {s}.session_attachments WHERE session_id = ANY(p_gone) RETURNING ref
+    )
+    SELECT array_agg(g.ref ORDER BY g.ref), array_agg(g.n ORDER BY g.ref)
+    INTO v_refs, v_counts
+    FROM (SELECT gone.ref, count(*) AS n FROM gone GROUP BY gone.ref) AS g;
+    IF v_refs IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM {s}.attachments a WHERE a.ref = ANY(v_refs) ORDER BY a.ref FOR UPDATE;
+    UPDATE {s}.attachments a SET refs = a.refs - g.n
+    FROM unnest(v_refs, v_counts) AS g(ref, n) WHERE a.ref = g.ref;
+    WITH d AS (
+        DELETE FROM {s}.attachments a WHERE a.ref = ANY(v_refs) AND a.refs <= 0 RETURNING a.id
+    )
+    DELETE FROM {s}.attachment_chunks c USING d WHERE c.id = d.id;
+END
+$fn$;
+"""
+
+
+def _migration_3(schema: str, partitions: int | None) -> list[str]:
+    """Attachment bytes in chunk rows (see `_V3_TABLES`); the same in both layouts."""
+    lock = str(lock_class(schema))
+    return _split(_V3_TABLES) + _split(_V3_APPEND.replace("@LOCK@", lock)) + _split(_V3_UNLINK)
+
+
+MIGRATIONS: Final = {1: _migration_1, 2: _migration_2, 3: _migration_3}
 
 
 def compose(statement: str, schema: str) -> sql.Composed:

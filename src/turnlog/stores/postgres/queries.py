@@ -203,9 +203,14 @@ class Queries:
                 "WHERE l.session_id = %s AND l.ref = ANY(%s::text[])"
             ),
             # Whether the session exists, whether it holds the reference, and the range of the
-            # bytes (`substring` of an EXTERNAL value reads only the TOAST chunks it covers).
+            # bytes: the chunk rows `first` to `last` (a range of their primary key), joined,
+            # and `n` bytes of them from `from` (NULL when the reference has no row: damage).
             read_attachment=q(
-                "SELECT l.ref IS NOT NULL, substring(a.data FROM %(from)s::int FOR %(n)s::int) "
+                "SELECT l.ref IS NOT NULL, CASE WHEN a.id IS NOT NULL THEN coalesce(("
+                "SELECT substring(string_agg(c.data, ''::bytea ORDER BY c.n) "
+                "FROM %(from)s::int FOR %(n)s::int) FROM {s}.attachment_chunks c "
+                "WHERE c.id = a.id AND c.n BETWEEN %(first)s::int AND %(last)s::int"
+                "), ''::bytea) END "
                 "FROM {s}.sessions s LEFT JOIN {s}.session_attachments l "
                 "ON l.session_id = s.id AND l.ref = %(ref)s::text "
                 "LEFT JOIN {s}.attachments a ON a.ref = l.ref WHERE s.id = %(sid)s::text"

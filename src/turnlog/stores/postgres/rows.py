@@ -6,7 +6,7 @@ Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 
@@ -23,6 +23,7 @@ from turnlog.events import EventType, Session, SessionEvent, check_id
 from turnlog.payloads import CompactionBoundary
 from turnlog.stores.attachments import Split, refs_in
 from turnlog.stores.base import check_boundaries
+from turnlog.stores.postgres.ddl import CHUNK_BYTES
 from turnlog.stores.postgres.queries import Queries
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "event_of",
     "events_of",
     "first_line",
+    "read_params",
     "refuse_boundaries",
     "session_of",
     "session_params",
@@ -201,3 +203,27 @@ def where(dsn: str) -> str:
         f"host {info.get('host', 'localhost')}, port {info.get('port', 5432)}, "
         f"database {info.get('dbname', '(default)')}"
     )
+
+
+_MAX_SLICE: Final = 2**31 - 2  # substring's int arguments; a bytea holds at most 1 GB
+
+
+def read_params(session_id: str, ref: str, offset: int, length: int | None) -> dict[str, Any]:
+    """The parameters of `Queries.read_attachment` for `length` bytes (None: to the end) from
+    `offset` (both checked already): the chunk rows of the range, and the slice of their
+    bytes joined."""
+    offset = min(offset, _MAX_SLICE)
+    first = offset // CHUNK_BYTES
+    if length is None:
+        last, n = _MAX_SLICE, _MAX_SLICE
+    else:
+        n = min(length, _MAX_SLICE)
+        last = first - 1 if n == 0 else (offset + n - 1) // CHUNK_BYTES
+    return {
+        "sid": session_id,
+        "ref": ref,
+        "first": first,
+        "last": last,
+        "from": offset - first * CHUNK_BYTES + 1,
+        "n": n,
+    }

@@ -67,12 +67,17 @@ from turnlog.stores.base import (
     utc_now,
 )
 from turnlog.stores.postgres.connections_async import AsyncConn, AsyncConnections, AsyncPool
-from turnlog.stores.postgres.ddl import MAX_INDEXED_BYTES, check_partitions, check_schema_name
+from turnlog.stores.postgres.ddl import (
+    MAX_INDEXED_BYTES,
+    check_partitions,
+    check_schema_name,
+)
 from turnlog.stores.postgres.queries import Queries
 from turnlog.stores.postgres.rows import (
     Batch,
     event_of,
     events_of,
+    read_params,
     refuse_boundaries,
     session_of,
     session_params,
@@ -87,7 +92,6 @@ _PAGE: Final = 8  # rows of a log's end read at a time for the view rules
 _END: Final = 2**62  # a seq beyond any log's end
 _MAX_CONNECT_WAIT: Final = 86_400.0  # seconds
 _RETRYABLE: Final = frozenset({"23505", "40P01"})  # unique violation, deadlock
-_MAX_SLICE: Final = 2**31 - 2  # substring's int arguments; a bytea holds at most 1 GB
 
 
 class _StoredIds(Exception):
@@ -530,12 +534,7 @@ class AsyncPostgresStore:
         check_id(session_id, "session id")
         check_ref(ref)
         offset, length = check_read_range(offset, length)
-        params = {
-            "sid": session_id,
-            "ref": ref,
-            "from": min(offset, _MAX_SLICE) + 1,
-            "n": _MAX_SLICE if length is None else min(length, _MAX_SLICE),
-        }
+        params = read_params(session_id, ref, offset, length)
         async with self._conn("reading an attachment of session", session_id) as conn:
             row = await (
                 await conn.execute(self._q.read_attachment, params, binary=True)
