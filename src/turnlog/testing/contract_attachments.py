@@ -171,6 +171,32 @@ class AttachmentContract(ContractBase):
         assert store.delete_session("b")
         assert self.count_attachments(store) == 0
 
+    def test_bytes_named_again_after_their_session_was_made_again_are_stored_again(
+        self, store: SessionStore, sid: str
+    ) -> None:
+        # A store may remember which bytes a session holds and not send them again: a
+        # session deleted and made again holds none of them, whoever remembers what.
+        data = blob("back", 3 * 65_536 + 17)
+        store.append_events(sid, [msg(sid, _image_message(data))], 0)
+        assert store.delete_session(sid)
+        store.create_session(session_at(sid))
+        store.append_events(sid, [msg(sid, _image_message(data, "again"))], 0)
+        assert store.read_attachment(sid, _ref(data)) == data
+        assert self.count_attachments(store) == 1
+
+    def test_ranges_across_the_stores_chunks(self, store: SessionStore, sid: str) -> None:
+        # Stores keep large bytes in chunks (8,120 bytes on PostgreSQL, 65,472 on Redis):
+        # a range is cut right wherever it starts and ends.
+        data = blob("chunks", 3 * 65_536 + 17)
+        store.append_events(sid, [msg(sid, _image_message(data))], 0)
+        for offset in (0, 1, 8_119, 8_120, 16_241, 65_471, 65_472, 130_944, len(data) - 1):
+            for length in (1, 8_120, 8_121, 65_473, 200_000, None):
+                end = None if length is None else offset + length
+                got = store.read_attachment(sid, _ref(data), offset, length)
+                assert got == data[offset:end], (offset, length)
+        assert store.read_attachment(sid, _ref(data), len(data), 10) == b""
+        assert store.read_attachment(sid, _ref(data), 8_120, 0) == b""
+
     def test_expired_sessions_take_their_bytes(self, store: SessionStore) -> None:
         store.create_session(session_at("old", expires_at=T0 + timedelta(hours=1)))
         store.create_session(session_at("new", expires_at=T0 + timedelta(days=9)))
