@@ -100,3 +100,30 @@ def test_the_responses_example_runs_a_tool_loop_with_reasoning(monkeypatch, tmp_
     first, second = (r.body for r in server.requests)
     assert first["reasoning"] == {"effort": "low", "summary": "auto"}
     assert second["input"][1] == thinking  # sent back as it came, before its call
+
+
+def test_the_gemini_example_runs_a_tool_loop_with_signatures(monkeypatch, tmp_path, capsys):
+    from gemini_server import GeminiServer, call, gemini_reply, signature, text, thought
+    from test_models_gemini import decoded
+
+    server = GeminiServer()
+    issued = [
+        thought("The user wants Oslo's weather.", signature(1)),
+        call("get_weather", {"city": "Oslo"}, signature(2)),
+    ]
+    server.reply_json(gemini_reply(issued))
+    server.reply_json(gemini_reply([text("Clear and 18C in Oslo.")]))
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", server.url)
+    monkeypatch.setenv("GEMINI_API_KEY", "g-test")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)  # the example's SessionService() writes turnlog.db here
+    try:
+        exec(block_with("GeminiChatModel("), {})
+    finally:
+        server.close()
+    [shown] = re.findall(r"The output \(.*?\n\n```\n(.*?)```", DOC, re.S)
+    assert capsys.readouterr().out == shown
+    assert server.refusals == []
+    first, second = server.body(0), server.body(1)
+    assert first["generationConfig"]["thinkingConfig"] == {"includeThoughts": True}
+    assert decoded(second["contents"][1]["parts"]) == decoded(issued)  # back on their parts
