@@ -650,6 +650,16 @@ def test_the_adapter_itself_sends_no_other_providers_reasoning_or_parts(server, 
     ]
 
 
+def test_an_assistant_message_with_nothing_to_send_is_left_out(server, model):
+    server.reply_json(gemini_reply([text("Hello?")]))
+    empty = Message.assistant(parts=[ReasoningPart("anthropic", text="only thinking")])
+    model.respond([Message.user("hi"), empty, Message.user("anyone?")])
+    assert server.last_body()["contents"] == [
+        {"role": "user", "parts": [{"text": "hi"}]},
+        {"role": "user", "parts": [{"text": "anyone?"}]},
+    ]
+
+
 def test_geminis_reasoning_is_never_sent_to_another_provider():
     from model_servers import ScriptedServer, openai_completion
     from turnlog.models import OpenAIChatModel

@@ -16,7 +16,8 @@ Sent (`to_gemini`), one message after another into the request's `contents`:
   "id"?}}`, its arguments parsed back from the JSON text stored (an id is sent only when Gemini
   gave it). A call goes where its place marker is (`ProviderPart("gemini", "functionCall",
   {"id": <call id>})`, which the reader adds only when a part followed the call), else after
-  the parts. Reasoning and provider parts of another provider are never sent;
+  the parts. Reasoning and provider parts of another provider are never sent, and a message
+  left with nothing to send (an empty reply, another provider's reasoning alone) is left out;
 - consecutive tool messages -> one `{"role": "user", "parts": [...]}` of `functionResponse`
   parts, one per result, in order: `{"name", "response": {"output": <text>}, "id"?}`, or
   `{"error": <text>}` for a failed result; images and files of a result go as its `parts`
@@ -279,7 +280,9 @@ def to_gemini(messages: Iterable[Message]) -> GeminiRequest:
         if m.role == "system":
             system.append({"text": _noted_text(m)})
         elif m.role == "assistant":
-            contents.append({"role": "model", "parts": _model_parts(m)})
+            parts = _model_parts(m)
+            if parts:  # an empty reply: Gemini refuses a content without parts
+                contents.append({"role": "model", "parts": parts})
         elif m.role == "user":
             contents.append({"role": "user", "parts": _user_parts(m)})
         else:
