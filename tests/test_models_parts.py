@@ -360,7 +360,7 @@ def test_images_audio_and_files_reach_openai_chat_completions(kind, server):
             Message.tool(tool_image),
         ]
     )
-    user, assistant, tool = server.last_body()["messages"]
+    user, assistant, tool, attachments = server.last_body()["messages"]
     assert user["content"] == [
         {"type": "text", "text": "What are these?"},
         {
@@ -383,10 +383,21 @@ def test_images_audio_and_files_reach_openai_chat_completions(kind, server):
     # Chat Completions has no field for reasoning: none is sent, of either provider
     assert assistant["content"] == "Here."
     assert "sig-a" not in json.dumps(assistant) and "gAAAAB" not in json.dumps(assistant)
+    # a tool message carries text only: the image goes in a user message right after it
     assert tool == {
         "role": "tool",
         "tool_call_id": "toolu_1",
-        "content": f"The map:\n[image: image/png, {len(PNG)} bytes] {NOT_SENT}",
+        "content": "The map:\n[attachment 1 of 1: in the next user message]",
+    }
+    assert attachments == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "[the attachments of the tool result for call toolu_1: 1]"},
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + B64(PNG).decode()},
+            },
+        ],
     }
 
 
@@ -570,3 +581,18 @@ def test_a_reply_without_interleaving_is_stored_byte_for_byte_as_before():
     message = response_from_anthropic(anthropic_message(content=content)).message
     event = SessionEvent.for_message("s", message, metadata={"model": "claude-sonnet-4-5"})
     assert encode_body(event).decode() == fixture["body"]
+
+
+def test_a_tool_result_part_no_user_message_takes_goes_as_its_note():
+    from turnlog.models.openai_format import to_openai_messages
+
+    clip = ToolResult(
+        "c1", "record", "", parts=(TextPart("clip:"), AudioPart("audio/ogg", data=b"OggS"))
+    )
+    assert to_openai_messages([Message.tool(clip)]) == [
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": f"clip:\n[audio: audio/ogg, 4 bytes] {NOT_SENT}",
+        }
+    ]  # and no user message after it: nothing to attach
