@@ -574,8 +574,9 @@ def _migration_2(schema: str, partitions: int | None) -> list[str]:
 # entry per chunk: 1 MiB took 132 pages and 8-16 KiB of index (1.04x, and with the 100 event
 # rows naming it over the 1.1 MB of issue 25). The bytes now go to `attachment_chunks`, one row
 # of up to `CHUNK_BYTES` per heap page: a `bytea` column with STORAGE PLAIN is never compressed
-# or moved out of line (the table has no TOAST table at all), so a row of 8,120 bytes (the
-# 40 bytes of tuple header and key beside it) fills the 8,160 bytes a heap tuple may take. 1 MiB
+# or moved out of line (the TOAST table made with the table, before the column was set PLAIN,
+# stays empty), so a row of 8,120 bytes (the 40 bytes of tuple header and key beside it) fills
+# the 8,160 bytes a heap tuple may take. 1 MiB
 # is 130 pages and 130 index entries (about 3.6 KiB). Rows are keyed by the attachment's `id`
 # (8 bytes, not the 71 of its reference) and the chunk's number; a range read fetches the rows
 # of the range only.
