@@ -403,3 +403,42 @@ def test_reasoning_of_the_reply_is_left_alone_by_compaction_blocks():
         ProviderPart("anthropic", "compaction", block),
         ReasoningPart("anthropic", text="Now Bergen.", signature="sig-t"),
     )
+
+
+# -- the examples of docs/models.md ------------------------------------------------------------
+
+
+def doc_block(text):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "models.md").read_text("utf-8")
+    [found] = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if text in b]
+    return found
+
+
+def test_the_docs_interleaved_thinking_example_sends_its_beta(server, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    namespace = {"AnthropicChatModel": AnthropicChatModel}
+    exec(doc_block(INTERLEAVED), namespace)
+    server.reply_json(anthropic_message("Hi.", thinking=[thinking_block("Hm.", "sig-d")]))
+    with namespace["interleaved"] as model:
+        model.respond([Message.user("hi")])
+    request = server.requests[-1]
+    assert request.headers["anthropic-beta"] == INTERLEAVED
+    assert request.body["thinking"] == {"type": "enabled", "budget_tokens": 24_000}
+
+
+def test_the_docs_context_management_examples_pass_the_servers_checks(server, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    namespace = {}
+    exec(doc_block("clear_tool_uses_20250919"), namespace)
+    for name in ("edited", "compacted"):
+        server.reply_json(anthropic_message("ok"))
+        with namespace[name] as model:
+            assert model.respond([Message.user("hi")]).message.text == "ok"  # 200
+    edited, compacted = (r.body for r in server.requests)
+    assert edited["context_management"]["edits"][0]["type"] == "clear_tool_uses_20250919"
+    assert compacted["context_management"] == {"edits": [{"type": "compact_20260112"}]}
