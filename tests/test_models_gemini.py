@@ -373,7 +373,7 @@ def test_a_stream_cut_short_is_one_model_error(server, model):
         (
             lambda s: s.reply_json(gemini_error(401, "UNAUTHENTICATED", "no key"), 401),
             401,
-            "refused the credentials",
+            r"refused the credentials.*GEMINI_API_KEY \(or GOOGLE_API_KEY\)",
         ),
         (
             lambda s: s.reply_json(
@@ -423,8 +423,9 @@ def test_every_failure_is_one_model_error(server, model, script, status, says):
 
 def test_calls_or_a_summary_cut_at_the_token_cap_are_refused(server, model):
     server.reply_json(gemini_reply([call("get_weather", {"city": "Os"})], finish="MAX_TOKENS"))
-    with pytest.raises(ModelError, match="token cap"):
+    with pytest.raises(ModelError, match="token cap") as e:
         model.respond([Message.user("Oslo?")], [WEATHER_TOOL])
+    assert "options={'max_output_tokens': N}" in str(e.value)
     server.reply_json(gemini_reply([text("The conversation was about")], finish="MAX_TOKENS"))
     with pytest.raises(ModelError, match="token cap"):
         model.complete([Message.user("Summarize.")])

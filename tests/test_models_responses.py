@@ -354,8 +354,10 @@ def test_calls_or_a_summary_cut_at_the_token_cap_are_refused(server, model):
         incomplete_reason="max_output_tokens",
     )
     server.reply_json(capped)
-    with pytest.raises(ModelError, match=r"token cap \(stop reason 'max_output_tokens'\)"):
+    with pytest.raises(ModelError, match=r"token cap \(stop reason 'max_output_tokens'\)") as e:
         model.respond([Message.user("weather?")], [WEATHER_TOOL])
+    assert "options={'max_output_tokens': N}" in str(e.value)  # not Chat Completions' cap
+    assert "max_completion_tokens" not in str(e.value)
     text = responses_reply(
         [out_message("A long sum")], status="incomplete", incomplete_reason="max_output_tokens"
     )

@@ -11,11 +11,21 @@ from turnlog.models.base import CappedReply, DuplicateCallId, IncompleteReply
 
 __all__ = ["model_error"]
 
-_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_KEYS = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY (or GOOGLE_API_KEY)",
+}
 _CAPS = {
     "openai": "options={'max_completion_tokens': N} (or 'max_tokens', for servers that "
     "know only that)",
     "anthropic": "max_tokens=",
+    "gemini": "options={'max_output_tokens': N}",
+}
+_CAPS_BY_REASON = {
+    # the Responses API's incomplete reason: its cap is max_output_tokens, not Chat
+    # Completions' max_completion_tokens, though both adapters are "openai"
+    "max_output_tokens": "options={'max_output_tokens': N}",
 }
 
 
@@ -43,7 +53,7 @@ def model_error(provider: str, model: str, exc: BaseException) -> ModelError:
         advice = (
             f"{who} hit the reply's token cap (stop reason {exc.reason!r}), which cut "
             f"{exc.what} short: {exc.outcome}; raise the cap "
-            f"({_CAPS.get(provider, 'max_tokens')})"
+            f"({_CAPS_BY_REASON.get(exc.reason) or _CAPS.get(provider, 'max_tokens')})"
         )
     elif isinstance(exc, DuplicateCallId):
         status = status or 200
