@@ -410,6 +410,7 @@ def _migration_1(schema: str, partitions: int | None) -> list[str]:
 # column can be its key. `data` is stored EXTERNAL: out of line and not compressed (images, PDFs
 # and audio are compressed already), so `substring` of a range fetches only the TOAST chunks it
 # covers, and an update of `refs` keeps the same TOAST value (nothing of the bytes is copied).
+# (Migration 3 moves the bytes to rows of a page each, `attachment_chunks`: see there.)
 #
 # `session_attachments` follows the sessions table, not the events: one table in both layouts.
 # Its rows are small (one per session and distinct attachment), every lookup is a probe of its
