@@ -25,6 +25,7 @@ from turnlog.compaction import ChatModelSummarizer, ExtractiveSummarizer
 from turnlog.compaction.reported import USAGE_KEY, prompt_digest
 from turnlog.errors import InvalidInput, ModelError, ToolRoundsExceeded
 from turnlog.models.base import CACHE_BREAKPOINT_KEY, Usage
+from turnlog.parts import ImagePart, TextPart
 from turnlog.text import event_text
 from turnlog.turns import ChatTurn, ToolRun
 
@@ -475,7 +476,23 @@ def test_blank_text_and_bad_ids_are_refused_before_anything_is_written(harness):
         chat.send("", "hi")
     with pytest.raises(InvalidInput):
         chat.send("s", "hi", request_id="")
+    with pytest.raises(InvalidInput, match="starts with a user message, got a assistant"):
+        chat.send("s", Message.assistant("hi"))
+    with pytest.raises(InvalidInput, match="non-blank string or a user Message"):
+        chat.send("s", 42)
     assert harness.service.find("s") is None
+
+
+def test_a_turn_can_start_with_a_user_message_of_parts(harness):
+    model = harness.model(["A red square."])
+    chat = harness.make(model)
+    picture = ImagePart("image/png", data=b"\x89PNG\r\n\x1a\n" + bytes(40))
+    turn = chat.send("s", Message.user("What is this?", picture))
+    assert turn.text == "A red square."
+    (sent,) = model.calls
+    assert sent[-1].parts == (TextPart("What is this?"), picture)
+    (user,) = [e for e in harness.service.events("s") if e.role == "user"]
+    assert user.message == Message.user("What is this?", picture)
 
 
 def test_a_new_turn_after_one_cut_short_closes_the_calls_it_left_open(harness):

@@ -116,3 +116,56 @@ def test_the_mcp_example_runs_the_time_server_from_pypi(server, tmp_path, capsys
     sent = server.requests[1].body["messages"][-1]
     assert sent["role"] == "tool" and json.loads(sent["content"])["timezone"] == "Asia/Tokyo"
     assert not [t for t in threading.enumerate() if t.name == "turnlog-mcp"]  # closed
+
+
+def noise_png(width: int, height: int) -> bytes:
+    """A valid RGB PNG of random pixels, stored uncompressed (so over 16 KiB stays over)."""
+    import os
+    import struct
+    import zlib
+
+    rows = b"".join(b"\0" + os.urandom(3 * width) for _ in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_the_vision_example_sends_the_chart_with_both_questions(
+    server, tmp_path, capsys, monkeypatch
+):
+    import base64
+
+    from turnlog import ImagePart
+
+    monkeypatch.chdir(tmp_path)
+    chart = noise_png(64, 96)  # 18 KB: over the 16 KiB threshold, so stored apart
+    (tmp_path / "chart.png").write_bytes(chart)
+    code = block_with("docs/chat.md", "llama3.2-vision").replace(OLLAMA, server.url + "/v1")
+    assert server.url in code
+    server.reply_json(openai_completion("Requests per hour over a day."))
+    server.reply_json(openai_completion("At noon."))
+    exec(code, {})
+    assert capsys.readouterr().out.splitlines() == ["Requests per hour over a day.", "At noon."]
+    url = "data:image/png;base64," + base64.b64encode(chart).decode()
+    for request in server.requests:  # both questions carry the chart, from the store
+        user = next(m for m in request.body["messages"] if m["role"] == "user")
+        kinds = [p["type"] for p in user["content"]]
+        assert kinds == ["text", "image_url"]
+        assert user["content"][1]["image_url"]["url"] == url
+    assert len(server.requests) == 2
+    with SessionService(SqliteStore(tmp_path / "turnlog.db")) as service:
+        (first, *_) = service.events("user-42")
+        part = first.message.parts[1]
+        assert isinstance(part, ImagePart) and part.data is None and part.ref is not None
+        assert (part.width, part.height, part.filename) == (64, 96, "chart.png")
+        assert service.attachment("user-42", part.ref) == chart

@@ -244,12 +244,15 @@ class AsyncSessionChat:
 
     # -- the public calls -------------------------------------------------------------------
 
-    async def send(self, session_id: str, text: str, *, request_id: str | None = None) -> ChatTurn:
+    async def send(
+        self, session_id: str, text: str | Message, *, request_id: str | None = None
+    ) -> ChatTurn:
         """Run one turn: `text` from the user, the model's reply back.
 
         Args:
             session_id: the session; created when it does not exist.
-            text: the user's message.
+            text: the user's message: its text, or a user `Message` (text with images, files
+                or audio: `Message.user("What is this?", ImagePart(...))`).
             request_id: the caller's id for this request. Every event of the turn gets an id
                 derived from it, so a `send` retried with the same request id (after a timeout,
                 say) never doubles the user message, an assistant message or a tool result:
@@ -261,8 +264,9 @@ class AsyncSessionChat:
             compaction after it.
 
         Raises:
-            InvalidInput: a bad session id or text, or the request id of a turn that has left
-                the view (compacted away): use a new request id.
+            InvalidInput: a bad session id, blank text, a message that is not the user's, or
+                the request id of a turn that has left the view (compacted away): use a new
+                request id.
             ModelError: the provider failed a call; what the turn stored so far stays (a
                 retry with the same request id resumes it).
             ToolRoundsExceeded: the model was still calling tools after `max_tool_rounds`; its
@@ -276,7 +280,7 @@ class AsyncSessionChat:
         return turn
 
     def stream(
-        self, session_id: str, text: str, *, request_id: str | None = None
+        self, session_id: str, text: str | Message, *, request_id: str | None = None
     ) -> AsyncIterator[ChatEvent]:
         """Run one turn, yielding the reply as it arrives.
 
@@ -304,11 +308,10 @@ class AsyncSessionChat:
     # -- one turn ---------------------------------------------------------------------------
 
     async def _turn(
-        self, session_id: str, text: str, request_id: str | None, *, streaming: bool
+        self, session_id: str, text: str | Message, request_id: str | None, *, streaming: bool
     ) -> AsyncIterator[ChatEvent]:
         check_id(session_id, "session id")
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"text must be a non-blank string, got {text!r}")
+        asked = _user_message(text)
         if request_id is not None:
             check_id(request_id, "request id")
         ids = TurnIds(session_id, request_id)
@@ -320,7 +323,7 @@ class AsyncSessionChat:
         view = await self.service.view(session_id)
         stored = ids.mine(view) if request_id is not None else []
         if not any(e.id == ids.user for e in stored):
-            opened = await self._open_turn(session_id, text, ids, view, request_id)
+            opened = await self._open_turn(session_id, asked, ids, view, request_id)
             tracked.add(opened)
             view.extend(opened)
             stored = [*stored, *opened]
@@ -403,7 +406,7 @@ class AsyncSessionChat:
     async def _open_turn(
         self,
         session_id: str,
-        text: str,
+        asked: Message,
         ids: TurnIds,
         view: list[SessionEvent],
         request_id: str | None,
@@ -428,7 +431,7 @@ class AsyncSessionChat:
                     session_id, Message.system(self.system), event_id=ids.system
                 )
             )
-        user = await self.service.append_message(session_id, Message.user(text), event_id=ids.user)
+        user = await self.service.append_message(session_id, asked, event_id=ids.user)
         newest = max((e.seq or 0 for e in view), default=0)
         if request_id is not None and user.seq is not None and user.seq < newest:
             raise InvalidInput(
@@ -760,6 +763,26 @@ def _stable_prefix_end(sent: Sequence[SessionEvent]) -> int | None:
         else:
             break
     return end
+
+
+def _user_message(text: object) -> Message:
+    """The user message a turn starts with: `text`'s, or `text` itself when it is one.
+
+    Raises:
+        InvalidInput: blank text, a message of another role, or neither.
+    """
+    if isinstance(text, Message):
+        if text.role != "user":
+            raise InvalidInput(
+                f"a turn starts with a user message, got a {text.role} message: build it with "
+                "Message.user(...)"
+            )
+        if not text.parts and not (text.text or "").strip():
+            raise InvalidInput("the user message of a turn must not be blank")
+        return text
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"text must be a non-blank string or a user Message, got {text!r}")
+    return Message.user(text)
 
 
 def _provider(model: object) -> str:
