@@ -464,8 +464,10 @@ class RedisStore(RedisCore):
         tail: list[Any] = events
         media: list[str] = []
         sends: list[tuple[Any, ...]] = []
-        known = set() if split is None else self._held_of(session_id, split.blobs)
-        nonce = secrets.token_hex(8)  # names this append's staging keys
+        known: set[str] = set()
+        nonce = ""
+        if split is not None:  # what the session holds, and a name for the staging keys
+            known, nonce = self._held_of(session_id, split.blobs), secrets.token_hex(8)
         for _ in range(ATTEMPTS):
             if split is not None:  # a text-only batch sends no attachment keys or arguments
                 media, more, sends = attachment_args(self._keys, session_id, split, known, nonce)
