@@ -14,7 +14,7 @@ from model_servers import ScriptedServer, Twin, openai_completion
 from turnlog import Message, ToolCall, ToolResult
 from turnlog.models import AsyncOpenAIChatModel, OpenAIChatModel
 from turnlog.models.openai_format import from_openai_messages, to_openai_messages
-from turnlog.parts import FilePart, ImagePart, ProviderPart, TextPart
+from turnlog.parts import AudioPart, FilePart, ImagePart, ProviderPart, TextPart
 
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -194,6 +194,77 @@ def test_an_unknown_reply_part_is_stored_as_a_provider_part_and_the_turn_goes_on
         # an assistant message goes back as its text and calls: Chat Completions takes no more
         sent = server.requests[1].body["messages"][1]
         assert sent["content"] == "Checking." and "hologram" not in json.dumps(sent)
+    finally:
+        if kind == "sync":
+            model.close()
+        else:
+            h.loop.run(model.close())
+        h.close()
+
+
+# -- parts stored as attachments reach the wire with their bytes ---------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attachments_of_a_user_message_and_a_tool_result_reach_chat_completions(
+    tmp_path, server, kind
+):
+    """Bytes of 16 KiB and more are stored apart (a reference in the event); the runner puts
+    them back, and they go as data (data: URLs, input_audio) to the wire."""
+    import io
+    import wave
+
+    clip = io.BytesIO()
+    with wave.open(clip, "wb") as w:  # 2.5 s of 8 kHz 8-bit silence
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(8_000)
+        w.writeframes(bytes(20_000))
+    wav = clip.getvalue()
+    pdf = b"%PDF-1.4\n1 0 obj<</Type /Page>>endobj\n%" + b"x" * 20_000 + b"\n%%EOF\n"
+    photo = PNG + bytes(20_000)  # a PNG's header, then padding standing for its pixels
+    h = Harness(kind, tmp_path)
+    adapter = OpenAIChatModel if kind == "sync" else AsyncOpenAIChatModel
+    model = adapter("gpt-test", base_url=server.url + "/v1", api_key="k", max_retries=0)
+    shot = ToolResult("call_1", "get_map", "", parts=(ImagePart("image/png", data=photo),))
+    h.service.create("s")
+    for message in (
+        Message.user("Map of Oslo?"),
+        Message.assistant(None, [CALL]),
+        Message.tool(shot),
+        Message.assistant("A map of Oslo."),
+    ):
+        h.service.append_message("s", message)
+    server.reply_json(openai_completion("A clip and a report."))
+    try:
+        chat = h.make(model)
+        question = Message.user(
+            "And these?",
+            AudioPart("audio/wav", data=wav),
+            FilePart("application/pdf", data=pdf, name="report.pdf"),
+        )
+        chat.send("s", question)
+        stored = [e.message for e in h.service.events("s") if e.message]
+        roles_stored = ["user", "assistant", "tool", "assistant", "user", "assistant"]
+        assert [m.role for m in stored] == roles_stored
+        assert stored[2].tool_results[0].parts[0].ref is not None  # stored apart
+        assert stored[4].parts[1].ref is not None and stored[4].parts[2].ref is not None
+        messages = server.requests[-1].body["messages"]
+        roles = ["user", "assistant", "tool", "user", "assistant", "user"]
+        assert [m["role"] for m in messages] == roles
+        attached = messages[3]["content"]
+        assert attached[0]["text"] == "[the attachments of the tool result for call call_1: 1]"
+        assert attached[1]["image_url"]["url"] == "data:image/png;base64," + B64(photo).decode()
+        asked = messages[5]["content"]
+        assert asked[0] == {"type": "text", "text": "And these?"}
+        assert asked[1] == {
+            "type": "input_audio",
+            "input_audio": {"data": B64(wav).decode(), "format": "wav"},
+        }
+        assert asked[2]["file"] == {
+            "file_data": "data:application/pdf;base64," + B64(pdf).decode(),
+            "filename": "report.pdf",
+        }
     finally:
         if kind == "sync":
             model.close()
