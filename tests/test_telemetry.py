@@ -118,6 +118,36 @@ SUMMARIZERS = {
 }
 
 
+def test_the_compaction_span_counts_the_view_as_sent_without_finished_turns_reasoning(
+    otel, tmp_path
+):
+    from turnlog import ReasoningPart
+
+    exporter, _ = otel
+    thought = ReasoningPart("anthropic", "let me think about Oslo " * 200, signature="sig")
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    with SessionService(SqliteStore(tmp_path / "t.db")) as svc:
+        for sid, first in (
+            ("with", Message.assistant(parts=[thought, "Oslo it is."])),
+            ("without", Message.assistant("Oslo it is.")),
+        ):
+            svc.create(sid)
+            for m in (
+                Message.user("where?"),
+                first,
+                Message.user("and then?"),
+                Message.assistant("Bergen."),
+            ):
+                svc.append_message(sid, m)
+            svc.compact(sid, lambda r: True, strategy)
+    with_reasoning, without = spans(exporter, "turnlog.compact")
+    # the first turn's reasoning is not sent (the runner's default policy): not counted either
+    assert (
+        with_reasoning.attributes["turnlog.compaction.tokens_before"]
+        == without.attributes["turnlog.compaction.tokens_before"]
+    )
+
+
 @pytest.mark.parametrize("kind", sorted(SUMMARIZERS))
 def test_compaction_span_and_metrics(kind, otel, tmp_path):
     exporter, reader = otel

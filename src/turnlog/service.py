@@ -18,6 +18,7 @@ from turnlog.compaction import (
     sent_events,
 )
 from turnlog.compaction._checks import check_function, describe
+from turnlog.compaction._sent import SentTokens
 from turnlog.compaction.base import NOT_FIRED
 from turnlog.compaction.running import fires, run_pass
 from turnlog.durations import Duration, to_timedelta
@@ -38,6 +39,7 @@ from turnlog.events import (
     trusted_copy,
 )
 from turnlog.lazy import LazyEvents
+from turnlog.reasoning import DEFAULT_REASONING
 from turnlog.rules import repair_messages
 from turnlog.stores.attachments import (
     DEFAULT_LIMITS,
@@ -686,5 +688,13 @@ class SessionService:
 
 
 def _sent_tokens(view: Sequence[SessionEvent]) -> int:
-    """The tokens of what `view` sends to a model (the default counter; for telemetry)."""
-    return event_tokens().total(sent_events(view))
+    """The tokens of what `view` sends to a model (the default counter, and the reasoning the
+    turn runner sends by default: the turn in progress's; for telemetry)."""
+    global _sent_counts
+    if _sent_counts is None:
+        _sent_counts = SentTokens(event_tokens(), DEFAULT_REASONING)
+    return sum(_sent_counts.counts(sent_events(view)))
+
+
+_sent_counts: SentTokens | None = None
+"""The counts `_sent_tokens` takes, made on first use (the tokenizer loads then)."""
