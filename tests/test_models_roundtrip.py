@@ -9,6 +9,7 @@ rules (an Anthropic reply's call that another block follows has its place marker
 by the code under test.
 """
 
+import base64
 import itertools
 import json
 import string
@@ -16,8 +17,13 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from model_servers import anthropic_message
 from turnlog import Message, ToolCall, ToolResult
-from turnlog.models.anthropic_format import from_anthropic_messages, to_anthropic_messages
+from turnlog.models.anthropic_format import (
+    from_anthropic_messages,
+    response_from_anthropic,
+    to_anthropic_messages,
+)
 from turnlog.models.anthropic_parts import call_marker
 from turnlog.models.openai_format import from_openai_messages, to_openai_messages
 from turnlog.parts import AudioPart, FilePart, ImagePart, ProviderPart, ReasoningPart, TextPart
@@ -254,3 +260,112 @@ def test_anthropic_round_trip_is_lossless_for_every_part_kind(messages):
     roles = [t["role"] for t in turns]
     assert all(a != b for a, b in itertools.pairwise(roles))  # the API's alternation
     assert from_anthropic_messages(system, turns) == messages
+
+
+# -- the other way: from the wire and back -------------------------------------------------------
+
+
+@st.composite
+def reply_blocks(draw):
+    """A Messages reply's content blocks in any order a model may give them (interleaved
+    thinking, text and server blocks between calls), no two text blocks side by side and none
+    empty (the API sends none such; an empty one carries nothing and is not kept)."""
+    ids = counter()
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["thinking", "redacted", "text", "tool_use", "server"]),
+            min_size=1,
+            max_size=7,
+        )
+    )
+    blocks: list = []
+    for kind in kinds:
+        if kind == "text":
+            if blocks and blocks[-1]["type"] == "text":
+                continue
+            blocks.append({"type": "text", "text": draw(TEXT)})
+        elif kind == "thinking":
+            blocks.append({"type": "thinking", "thinking": draw(TEXT), "signature": draw(WORD)})
+        elif kind == "redacted":
+            blocks.append({"type": "redacted_thinking", "data": draw(WORD)})
+        elif kind == "tool_use":
+            arguments = draw(st.dictionaries(WORD, st.one_of(st.integers(), TEXT), max_size=2))
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{next(ids)}",
+                    "name": draw(WORD),
+                    "input": arguments,
+                }
+            )
+        else:
+            kind = draw(
+                st.sampled_from(["server_tool_use", "web_search_tool_result", "compaction"])
+            )
+            blocks.append({"type": kind, "id": f"srv_{next(ids)}", "content": draw(TEXT)})
+    return blocks
+
+
+@SETTINGS
+@given(reply_blocks())
+def test_an_anthropic_reply_goes_back_exactly_as_received(blocks):
+    reply = response_from_anthropic(anthropic_message(content=blocks)).message
+    _, turns = to_anthropic_messages([Message.user("Go."), reply])
+    assert turns[1] == {"role": "assistant", "content": blocks}
+    assert [c.id for c in reply.tool_calls] == [b["id"] for b in blocks if b["type"] == "tool_use"]
+
+
+@st.composite
+def user_content(draw):
+    """A Chat Completions user message's content list with a part that is not text."""
+
+    def image(data, media_type, detail):
+        url = f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+        return {
+            "type": "image_url",
+            "image_url": {"url": url, **({"detail": detail} if detail else {})},
+        }
+
+    media = st.one_of(
+        st.builds(image, BYTES, IMAGE_TYPES, DETAIL),
+        url_image().map(
+            lambda p: {
+                "type": "image_url",
+                "image_url": {"url": p.url, **({"detail": p.detail} if p.detail else {})},
+            }
+        ),
+        st.builds(
+            lambda d, f: {
+                "type": "input_audio",
+                "input_audio": {"data": base64.b64encode(d).decode(), "format": f},
+            },
+            BYTES,
+            st.sampled_from(["wav", "mp3"]),
+        ),
+        st.builds(
+            lambda d, t, n: {
+                "type": "file",
+                "file": {
+                    "file_data": f"data:{t};base64,{base64.b64encode(d).decode()}",
+                    "filename": n,
+                },
+            },
+            BYTES,
+            st.sampled_from(["application/pdf", "text/csv"]),
+            WORD,
+        ),
+        WORD.map(lambda w: {"type": "file", "file": {"file_id": f"file-{w}"}}),
+        WORD.map(lambda w: {"type": f"x_{w}_2031", "value": w}),
+    )
+    parts = draw(
+        st.lists(st.one_of(media, TEXT.map(lambda t: {"type": "text", "text": t})), max_size=4)
+    )
+    parts.insert(draw(st.integers(0, len(parts))), draw(media))
+    return parts
+
+
+@SETTINGS
+@given(user_content())
+def test_a_chat_completions_user_message_goes_back_exactly_as_read(content):
+    wire = [{"role": "user", "content": content}]
+    assert to_openai_messages(from_openai_messages(wire)) == wire
