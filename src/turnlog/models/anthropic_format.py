@@ -68,7 +68,7 @@ from turnlog.models.base import (
     field_of,
     whole_reply,
 )
-from turnlog.parts import Part, ReasoningPart, TextPart
+from turnlog.parts import Part, ProviderPart, ReasoningPart, TextPart
 from turnlog.text import part_note
 from turnlog.toolsearch.base import ToolReference
 
@@ -155,17 +155,18 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
     if not m.parts:
         blocks = [{"type": "text", "text": m.text}] if m.text else []
         return blocks + [_tool_use(c) for c in m.tool_calls]
-    calls = {c.id: c for c in m.tool_calls}
-    placed: set[str] = set()
     blocks = []
+    placed: set[str] = set()  # the calls sent at their place markers
     for part in m.parts:
-        marked = marked_call(part)
+        marked = marked_call(part) if type(part) is ProviderPart else None
         if marked is None:
             block = part_block(part)
             if block is not None:
                 blocks.append(block)
-        elif marked in calls and marked not in placed:
-            blocks.append(_tool_use(calls[marked]))
+            continue
+        call = next((c for c in m.tool_calls if c.id == marked), None)
+        if call is not None and marked not in placed:
+            blocks.append(_tool_use(call))
             placed.add(marked)
     blocks.extend(_tool_use(c) for c in m.tool_calls if c.id not in placed)
     return blocks
