@@ -271,3 +271,47 @@ def test_attachments_of_a_user_message_and_a_tool_result_reach_chat_completions(
         else:
             h.loop.run(model.close())
         h.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", ["send", "stream"])
+def test_a_refusal_is_the_replys_text_and_the_turn_ends_with_it(tmp_path, server, kind, mode):
+    from model_servers import openai_chunks
+
+    h = Harness(kind, tmp_path)
+    adapter = OpenAIChatModel if kind == "sync" else AsyncOpenAIChatModel
+    model = adapter("gpt-test", base_url=server.url + "/v1", api_key="k", max_retries=0)
+    words = "I can't help with that."
+    if mode == "send":
+        refused = openai_completion(None)
+        refused["choices"][0]["message"]["refusal"] = words
+        server.reply_json(refused)
+    else:
+        chunks = openai_chunks([])
+        chunks.insert(
+            1,
+            (
+                None,
+                dict(
+                    chunks[1][1],
+                    choices=[{"index": 0, "delta": {"refusal": words}, "finish_reason": None}],
+                ),
+            ),
+        )
+        server.reply_sse(chunks)
+    try:
+        chat = h.make(model)
+        if mode == "send":
+            assert chat.send("s", "Help me with that.").text == words
+        else:
+            assert (
+                "".join(e for e in chat.stream("s", "Help me with that.") if isinstance(e, str))
+                == words
+            )
+        assert h.service.events("s")[-1].message == Message.assistant(words)
+    finally:
+        if kind == "sync":
+            model.close()
+        else:
+            h.loop.run(model.close())
+        h.close()

@@ -475,7 +475,8 @@ def _usage(raw: object) -> Usage:
 def response_from_openai(body: object) -> ChatResponse:
     """A Chat Completions reply (the JSON object) as a `ChatResponse`: its text and tool calls;
     a content list with a part that is not text gives the message its parts in order (a part
-    of a kind not known here as `ProviderPart("openai", <its type>, <the part>)`).
+    of a kind not known here as `ProviderPart("openai", <its type>, <the part>)`); a refusal
+    (`refusal` instead of content) is the reply's text.
 
     Raises:
         MalformedReply: no choices, or a choice without a message.
@@ -490,6 +491,9 @@ def response_from_openai(body: object) -> ChatResponse:
     assert isinstance(message, dict) and isinstance(body, dict) and isinstance(choice, dict)
     calls = _calls(message.get("tool_calls"), "the reply")
     text, parts = _wire_content(message.get("content"), "the reply")
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal and not text and not parts:
+        text = refusal  # a refusal is the reply's text (as the Responses adapter reads it)
     reason = choice.get("finish_reason")
     model = body.get("model")
     reply = (
@@ -545,6 +549,8 @@ class OpenAIStream:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 added.append(delta["content"])
+            if isinstance(delta.get("refusal"), str) and delta["refusal"]:
+                added.append(delta["refusal"])  # a refusal is the reply's text
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         self._text.extend(added)
