@@ -442,3 +442,43 @@ def test_the_docs_context_management_examples_pass_the_servers_checks(server, mo
     edited, compacted = (r.body for r in server.requests)
     assert edited["context_management"]["edits"][0]["type"] == "clear_tool_uses_20250919"
     assert compacted["context_management"] == {"edits": [{"type": "compact_20260112"}]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_compaction_inside_a_thinking_tool_loop_passes_both_rules(tmp_path, server, kind):
+    """The API compacts mid-loop: the reply that calls the tool leads with the compaction
+    block, then its thinking; the next request starts at that block and the thinking rule
+    holds (the final assistant message's thinking comes right after the compaction)."""
+    h = Harness(kind, tmp_path)
+    adapter = AnthropicChatModel if kind == "sync" else AsyncAnthropicChatModel
+    model = adapter(
+        "claude-test",
+        base_url=server.url,
+        api_key="k",
+        max_retries=0,
+        max_tokens=16_000,
+        options={
+            "thinking": {"type": "enabled", "budget_tokens": 8_000},
+            "context_management": {"edits": [COMPACT]},
+        },
+        betas=[INTERLEAVED, COMPACTING],
+    )
+    block = compaction_block("The user wants Oslo's weather.", "sig-loop")
+    thought = thinking_block("Call the tool.", "sig-th-1")
+    call = tool_use_block("toolu_1", "get_weather", {"city": "Oslo"})
+    server.reply_json(anthropic_message(content=[block, thought, call]))
+    done = thinking_block("Answer.", "sig-th-2")
+    server.reply_json(anthropic_message(content=[done, {"type": "text", "text": "18C, clear."}]))
+    try:
+        chat = h.make(model, tools=[get_weather])
+        assert chat.send("s", "Weather in Oslo?").text == "18C, clear."
+        second = server.requests[1].body["messages"]
+        assert second[0] == {"role": "assistant", "content": [block, thought, call]}
+        assert [b["type"] for b in second[1]["content"]] == ["tool_result"]
+        assert len(server.requests) == 2  # both answered 200
+    finally:
+        if kind == "sync":
+            model.close()
+        else:
+            h.loop.run(model.close())
+        h.close()
