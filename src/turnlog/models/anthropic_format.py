@@ -54,9 +54,9 @@ from turnlog.events import JsonValue, Message, ToolCall, ToolResult
 from turnlog.models.anthropic_parts import (
     COMPACTION,
     block_part,
-    call_marker,
     marked_call,
     part_block,
+    placed,
 )
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
@@ -327,17 +327,7 @@ def _message(items: list[Part | ToolCall], metadata: Mapping[str, JsonValue]) ->
     """A reply's blocks, read in order, as its message: a call another part follows gets a
     place marker at its place among the parts (empty text blocks, which carry nothing, are
     left out first, so a reply whose calls come last has no marker)."""
-    kept = [x for x in items if type(x) is not TextPart or x.text]
-    last_part = max((i for i, x in enumerate(kept) if not isinstance(x, ToolCall)), default=-1)
-    parts: list[Part] = []
-    calls: list[ToolCall] = []
-    for i, x in enumerate(kept):
-        if isinstance(x, ToolCall):
-            calls.append(x)
-            if i < last_part:
-                parts.append(call_marker(x.id))
-        else:
-            parts.append(x)
+    parts, calls = placed([x for x in items if type(x) is not TextPart or x.text])
     if all(type(p) is TextPart for p in parts):
         text = "".join(p.text for p in parts if type(p) is TextPart)
         return Message(

@@ -32,8 +32,10 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+from collections.abc import Sequence
 from typing import Any, Final
 
+from turnlog.events import ToolCall
 from turnlog.models.base import MalformedReply, field_of
 from turnlog.parts import (
     FilePart,
@@ -54,6 +56,7 @@ __all__ = [
     "call_marker",
     "marked_call",
     "part_block",
+    "placed",
 ]
 
 PROVIDER: Final = "anthropic"
@@ -76,6 +79,27 @@ COMPACTION: Final = "compaction"
 def call_marker(call_id: str) -> ProviderPart:
     """The place marker of the call `call_id` (see `MARKER_KIND`)."""
     return ProviderPart(PROVIDER, MARKER_KIND, {"id": call_id})
+
+
+def placed(items: Sequence[Part | ToolCall]) -> tuple[list[Part], list[ToolCall]]:
+    """A reply's blocks, read in order (parts and calls), as a message's parts and calls: each
+    call that a part follows gets its place marker there; the calls after the last part get
+    none (see `MARKER_KIND`).
+
+    Returns:
+        (the parts, markers included; the calls in order).
+    """
+    last_part = max((i for i, x in enumerate(items) if not isinstance(x, ToolCall)), default=-1)
+    parts: list[Part] = []
+    calls: list[ToolCall] = []
+    for i, x in enumerate(items):
+        if isinstance(x, ToolCall):
+            calls.append(x)
+            if i < last_part:
+                parts.append(call_marker(x.id))
+        else:
+            parts.append(x)
+    return parts, calls
 
 
 def marked_call(part: Part) -> str | None:
