@@ -671,7 +671,6 @@ def _b64(data):
 
 def test_openai_export_writes_chat_completions_part_shapes(shapes_db, capsys):
     db, png = shapes_db
-    image_note = f"[image: image/png, {len(png):,} bytes]"
     png_url = f"data:image/png;base64,{_b64(png)}"
     zoom = {"name": "zoom", "arguments": '{"x": 1}'}
     expected = {
@@ -711,8 +710,14 @@ def test_openai_export_writes_chat_completions_part_shapes(shapes_db, capsys):
             {
                 "role": "tool",
                 "tool_call_id": "c1",
-                "content": "zoomed\n"
-                f"{image_note} (not sent: a Chat Completions tool result carries text only)",
+                "content": "zoomed\n[attachment 1 of 1: in the next user message]",
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "[the attachments of the tool result for call c1: 1]"},
+                    {"type": "image_url", "image_url": {"url": png_url}},
+                ],
             },
             {"role": "assistant", "content": "It matches."},
             {"role": "user", "content": "And now?"},

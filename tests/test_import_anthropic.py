@@ -382,3 +382,46 @@ def test_a_broken_anthropic_transcript_imports_with_allow_broken(tmp_path, capsy
         Message.user("never mind"),
         Message.tool(ToolResult("t", "f", "boom", is_error=True)),
     ]
+
+
+def test_an_interleaved_thinking_turn_imports_and_exports_in_its_own_order(tmp_path, capsys):
+    interleaved = {
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Oslo and Bergen?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Oslo first.", "signature": "s1"},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "weather",
+                        "input": {"c": "Oslo"},
+                    },
+                    {"type": "thinking", "thinking": "Now Bergen.", "signature": "s2"},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_2",
+                        "name": "weather",
+                        "input": {"c": "Bergen"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "5 C"},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "7 C"},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "Cold in both."}]},
+        ],
+    }
+    path = tmp_path / "claude.json"
+    path.write_text(json.dumps(interleaved), encoding="utf-8")
+    db = tmp_path / "a.db"
+    assert run(capsys, "--db", db, "import", path, "--session", "s")[0] == 0
+    code, out, err = run(capsys, "--db", db, "export", "s", "--log", "--format", "anthropic")
+    assert code == 0, err
+    assert json.loads(out) == interleaved  # the thinking between the calls stays between them

@@ -33,7 +33,7 @@ from turnlog.stores.attachments import split_attachments
 from turnlog.stores.postgres import SCHEMA_VERSION, PostgresStore, ddl, migrate
 from turnlog.stores.postgres import schema as schema_module
 from turnlog.stores.postgres.ddl import lock_class
-from turnlog.stores.postgres.rows import Batch
+from turnlog.stores.postgres.rows import Batch, read_params
 from turnlog.testing import StoreContract
 from turnlog.testing.contract_attachments import blob
 
@@ -90,14 +90,16 @@ class PostgresAttachmentHooks:
             ).fetchone()[0]
 
     def damage_attachment(self, store, ref):
+        first = "{s}.attachment_chunks WHERE n = 0 AND id = "  # the first chunk of its bytes
+        first += "(SELECT id FROM {s}.attachments WHERE ref = %s)"
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             (data,) = conn.execute(
-                q("SELECT data FROM {s}.attachments WHERE ref = %s", self.schema_name), (ref,)
+                q("SELECT data FROM " + first, self.schema_name), (ref,)
             ).fetchone()
             data = bytearray(data)
             data[len(data) // 2] ^= 1
             conn.execute(
-                q("UPDATE {s}.attachments SET data = %s WHERE ref = %s", self.schema_name),
+                q("UPDATE " + first.replace(" WHERE", " SET data = %s WHERE", 1), self.schema_name),
                 (bytes(data), ref),
             )
 
@@ -833,30 +835,42 @@ def assert_counts_match_links(admin, schema):
     assert orphans == (0,)
 
 
-def test_the_bytes_are_stored_external_and_a_range_reads_only_its_chunks(store, admin, pg_schema):
+def test_the_bytes_are_stored_in_page_sized_rows_and_a_range_reads_only_its_rows(
+    store, admin, pg_schema
+):
     storage = admin.execute(
         "SELECT a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = 'attachments' AND a.attname = 'data'",
+        "WHERE n.nspname = %s AND c.relname = 'attachment_chunks' AND a.attname = 'data'",
         (pg_schema,),
     ).fetchone()
-    assert storage == ("e",)  # out of line, never compressed
+    assert storage == ("p",)  # in line, never compressed
     data = blob("big", 4 << 20)
     store.create_session(Session("s", T0))
     store.append_events("s", [image("s", data)], 0)
     assert store.read_attachment("s", ref_of(data), 3_000_000, 100) == data[3_000_000:3_000_100]
+    pages, rows, toast = admin.execute(
+        q(
+            "SELECT pg_relation_size(c.oid) / 8192, (SELECT count(*) FROM {s}.attachment_chunks), "
+            "pg_relation_size(c.reltoastrelid) FROM pg_class c "
+            "WHERE c.oid = '{s}.attachment_chunks'::regclass",
+            pg_schema,
+        )
+    ).fetchone()
+    assert rows == -(-len(data) // ddl.CHUNK_BYTES) and pages == rows  # one row to a page
+    assert toast == 0  # nothing out of line
 
     def buffers(offset, length):
-        params = {"sid": "s", "ref": ref_of(data), "from": offset + 1, "n": length}
+        params = read_params("s", ref_of(data), offset, length)
         plan = admin.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._q.read_attachment, params
         ).fetchone()[0]
         top = plan[0]["Plan"]
         return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
-    # 4 MiB is about 2,000 TOAST chunks in 500 pages; 100 bytes late in it are one or two.
+    # 4 MiB is 517 rows, a page each; 100 bytes late in it are one or two.
     whole, late = buffers(0, 4 << 20), buffers(3_000_000, 100)
-    assert whole > 400 and late < 30, (whole, late)
+    assert whole > 500 and late < 30, (whole, late)
 
 
 def test_a_view_or_log_read_never_touches_the_attachment_tables(
@@ -1004,6 +1018,48 @@ def test_appends_and_deletes_of_shared_bytes_racing_keep_the_counts_exact(
     assert attachment_rows(admin, pg_schema) == {}
 
 
+def test_a_schema_at_version_2_keeps_its_attachments_when_upgraded(
+    postgres_dsn, pg_schema, admin, monkeypatch
+):
+    # Schema 2 kept the bytes in attachments.data (TOAST); 3 moves them to chunk rows.
+    small, large = blob("two small"), blob("two large", 3 * ddl.CHUNK_BYTES + 5)
+    with monkeypatch.context() as patched:
+        patched.setattr(ddl, "SCHEMA_VERSION", 2)
+        patched.setattr(schema_module, "SCHEMA_VERSION", 2)
+        migrate(postgres_dsn, schema=pg_schema)
+    # What a schema-2 store held: a's two attachments, b's one (shared with a).
+    admin.execute(
+        q(
+            "INSERT INTO {s}.sessions (id, created_at, metadata) "
+            "VALUES ('a', now(), '{{}}'), ('b', now(), '{{}}')",
+            pg_schema,
+        )
+    )
+    for sid, data in (("a", small), ("a", large), ("b", large)):
+        admin.execute(
+            q("INSERT INTO {s}.session_attachments VALUES (%s, %s)", pg_schema), (sid, ref_of(data))
+        )
+        admin.execute(
+            q(
+                "INSERT INTO {s}.attachments AS x VALUES (%s, %s, 1, %s) "
+                "ON CONFLICT (ref) DO UPDATE SET refs = x.refs + 1",
+                pg_schema,
+            ),
+            (ref_of(data), len(data), data),
+        )
+    with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        assert store.read_attachment("a", ref_of(small)) == small
+        assert store.read_attachment("b", ref_of(large)) == large
+        edge = ddl.CHUNK_BYTES - 2
+        assert store.read_attachment("a", ref_of(large), edge, 9) == large[edge : edge + 9]
+        assert store.delete_session("a")
+        assert store.read_attachment("b", ref_of(large)) == large
+        assert store.delete_session("b")
+    assert attachment_rows(admin, pg_schema) == {}
+    chunks = admin.execute(q("SELECT count(*) FROM {s}.attachment_chunks", pg_schema)).fetchone()
+    assert chunks == (0,)
+
+
 @pytest.mark.parametrize("partitions", [None, 2])
 def test_a_schema_at_version_1_with_data_is_upgraded(
     postgres_dsn, pg_schema, admin, monkeypatch, partitions
@@ -1035,7 +1091,7 @@ def test_a_schema_at_version_1_with_data_is_upgraded(
         versions = [
             r[0] for r in admin.execute(q("SELECT version FROM {s}.schema_version", pg_schema))
         ]
-        assert versions == [1, 2]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
         assert store.events("s") == log and store.view("s") == view
         data = blob("after the upgrade")
         store.append_events("s", [image("s", data)], len(log))

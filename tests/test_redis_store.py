@@ -30,7 +30,7 @@ from turnlog import (
     SessionNotFound,
     StoreError,
 )
-from turnlog.errors import AttachmentNotFound
+from turnlog.errors import AttachmentNotFound, VersionConflict
 from turnlog.stores.attachments import AttachmentLimits, ref_of
 from turnlog.stores.redis import RedisClusterStore, RedisStore
 from turnlog.testing import FakeClock, StoreContract
@@ -422,25 +422,47 @@ class RedisChecks:
     def test_a_text_only_append_sends_no_attachment_keys_or_arguments(self, store, monkeypatch):
         store.create_session(Session("s", now()))
         sent: list[tuple] = []
-        plain = store.client.execute_command
+        plain = store._run_after
 
-        def recording(*args, **kw):
-            reply = plain(*args, **kw)  # a call refused with NOSCRIPT is not recorded
-            if args[0] == "EVALSHA" and args[1] == store._shas["append"]:
-                sent.append(args)
-            return reply
+        def recording(commands, name, keys, args):
+            if name == "append":
+                sent.append((list(commands), list(keys), list(args)))
+            return plain(commands, name, keys, args)
 
-        monkeypatch.setattr(store.client, "execute_command", recording)
+        monkeypatch.setattr(store, "_run_after", recording)
         store.append_events("s", turn("s", 1), 0)
         store.append_events("s", [image("s", b"GIF89a tiny")], 2)  # kept in the event
         store.append_events("s", [image("s", blob("x"))], 3)
-        text, small, media = sent
+        store.append_events("s", [image("s", blob("x"))], 4)  # held already
+        text, small, media, again = sent
         ids = 0 if isinstance(store, RedisClusterStore) else 1  # id keys per event
-        assert text[2] == 2 + 2 * ids  # the session's two keys (and the two events' id keys)
-        assert len(text) == 3 + text[2] + 6 + 2 * 4  # 6 arguments, then 4 per event
-        assert small[2] == 2 + ids and len(small) == 3 + small[2] + 6 + 4
-        assert media[2] == 2 + ids + 2  # and the attachment hash and the key of the bytes
-        assert blob("x") in media
+        assert not text[0] and not small[0]  # nothing sent ahead of the script
+        assert len(text[1]) == 2 + 2 * ids  # the session's two keys (and the two events' id keys)
+        assert len(text[2]) == 6 + 2 * 4  # 6 arguments, then 4 per event
+        assert len(small[1]) == 2 + ids and len(small[2]) == 6 + 4
+        # and the attachment hash, the key of the bytes and the key they are sent to first
+        assert len(media[1]) == 2 + ids + 3
+        assert blob("x") not in media[2]  # the bytes are never a script argument
+        pushed = [c for c in media[0] if c[0] == "RPUSH"]
+        assert [c[1] for c in pushed] == [media[1][-1]]
+        assert b"".join(bytes(chunk) for chunk in pushed[0][2:]) == blob("x")
+        assert not again[0]  # the session holds them: not sent again
+        assert store.read_attachment("s", ref_of(blob("x"))) == blob("x")
+
+    def test_bytes_sent_ahead_of_a_refused_append_are_not_left_behind(self, store):
+        store.create_session(Session("s", now()))
+        store.append_events("s", turn("s", 1), 0)
+        with pytest.raises(VersionConflict):
+            store.append_events("s", [image("s", blob("late"))], 0)
+        unheld = ImagePart("image/png", ref=ref_of(blob("nowhere")))
+        refused = Message.user("see", ImagePart("image/png", data=blob("bad")), unheld)
+        with pytest.raises(InvalidInput):  # the script refuses it, after the bytes were sent
+            store.append_events("s", [SessionEvent.for_message("s", refused)], 2)
+        store.append_events("s", [image("s", blob("kept"))], 2)
+        store.append_events("s", [image("s", blob("kept"))], 3)  # held: deleted by the script
+        keys = [k.decode() for k in store.client.scan_iter(match=f"{self.prefix}:*", count=1000)]
+        assert not [k for k in keys if ":u:" in k], keys
+        assert len([k for k in keys if ":a:" in k]) == 1
 
     def test_a_recreated_session_holds_none_of_its_old_attachments(self, store):
         data = blob("old")
@@ -575,10 +597,11 @@ class AttachmentHooks:
         with self.admin() as admin:
             keys = self.attachment_keys(admin, ref)
             assert keys, ref
-            for key in keys:
-                middle = admin.client.strlen(key) // 2
-                byte = admin.client.getrange(key, middle, middle)
-                admin.client.setrange(key, middle, bytes([byte[0] ^ 1]))
+            for key in keys:  # a list of chunks: flip a byte of the middle one
+                middle = admin.client.llen(key) // 2
+                chunk = bytearray(admin.client.lindex(key, middle))
+                chunk[len(chunk) // 2] ^= 1
+                admin.client.lset(key, middle, bytes(chunk))
 
 
 class TestRedisStore(AttachmentHooks, StoreContract):

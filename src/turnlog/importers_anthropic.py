@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from turnlog.errors import InvalidInput
 from turnlog.events import Message, ToolCall, ToolResult
-from turnlog.models.anthropic_parts import block_part
+from turnlog.models.anthropic_parts import block_part, placed
 from turnlog.models.base import MalformedReply
 from turnlog.parts import Part, ReasoningPart, TextPart
 
@@ -203,8 +203,7 @@ def _user_turn(where: str, blocks: list[dict[str, Any]], names: dict[str, str]) 
 def _assistant_turn(where: str, blocks: list[dict[str, Any]], names: dict[str, str]) -> Message:
     """An assistant turn as one message: its blocks as parts in order, its tool_use blocks as
     calls (after the parts, where turnlog keeps them)."""
-    parts: list[Part] = []
-    calls: list[ToolCall] = []
+    items: list[Part | ToolCall] = []
     for j, block in enumerate(blocks, start=1):
         what = f"content block {j}"
         if block["type"] == "tool_result":
@@ -212,9 +211,10 @@ def _assistant_turn(where: str, blocks: list[dict[str, Any]], names: dict[str, s
         if block["type"] == "tool_use":
             call = _call(where, block, what)
             names[call.id] = call.name
-            calls.append(call)
+            items.append(call)
         else:
-            parts.append(_part(where, block, what))
+            items.append(_part(where, block, what))
+    parts, calls = placed(items)  # a call that a block follows keeps its place (a marker)
     text, kept = _joined(parts)
     if not kept:
         return Message("assistant", text if text or not calls else None, tuple(calls))
