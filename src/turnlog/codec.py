@@ -311,6 +311,8 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
     shared = _events._shared_counts  # one record per (counter, count): see shared_token_count
     last_counter: str | None = None
     by_count: dict[int, TokenCount] | None = None
+    other_counter: str | None = None
+    other_by: dict[int, TokenCount] | None = None
     try:
         rows = rows if isinstance(rows, list) else list(rows)
         for (seq, event_id, type_name, micros, synthetic, body), stamp in zip(
@@ -340,7 +342,15 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                     raise ValueError("a token count on an event that is not a message")
                 counter, count = counted.counter, counted.count
                 if counter != last_counter:
-                    last_counter, by_count = counter, shared.get(counter)
+                    # a log of images takes turns between two counters (text, and text with
+                    # parts): keep the one before as well, so that a turn does not hash the
+                    # counter's name again
+                    if counter == other_counter:
+                        last_counter, other_counter = other_counter, last_counter
+                        by_count, other_by = other_by, by_count
+                    else:
+                        other_counter, other_by = last_counter, by_count
+                        last_counter, by_count = counter, shared.get(counter)
                 if by_count is not None:
                     tokens = by_count.get(count)
                 if tokens is None:
