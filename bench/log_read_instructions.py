@@ -7,7 +7,7 @@ the same reads execute instead: it builds the two sessions as (a) does, then run
 a fresh interpreter under valgrind's callgrind (`valgrind --tool=callgrind`), once with no read
 and once with `--reads` reads after a warm-up read, and reports the instructions per read (the
 difference over the reads) and their ratio. The collector is disabled during the reads, as the
-timed blocks of bench/_harness.py do. Needs valgrind (Debian's package); about 2 minutes.
+timed blocks of bench/_harness.py do, and `PYTHONHASHSEED=0`. Needs valgrind (Debian's package); about 2 minutes.
 
     python bench/log_read_instructions.py [--reads 20]
 """
@@ -19,6 +19,7 @@ import sys
 sys.dont_write_bytecode = True  # write nothing outside the temp dir, not even bytecode
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -57,6 +58,7 @@ def instructions(reader: Path, path: Path, sid: str, reads: int, out: Path) -> i
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found, done.stderr[-2000:]
