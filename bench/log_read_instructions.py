@@ -7,7 +7,8 @@ the same reads execute instead: it builds the two sessions as (a) does, then run
 a fresh interpreter under valgrind's callgrind (`valgrind --tool=callgrind`), once with no read
 and once with `--reads` reads after a warm-up read, and reports the instructions per read (the
 difference over the reads) and their ratio. The collector is disabled during the reads, as the
-timed blocks of bench/_harness.py do, and `PYTHONHASHSEED=0`. Needs valgrind (Debian's package); about 2 minutes.
+timed blocks of bench/_harness.py do, and `PYTHONHASHSEED=0`. Needs valgrind (Debian's
+package); about 2 minutes.
 
     python bench/log_read_instructions.py [--reads 20]
 """
