@@ -24,6 +24,7 @@ import http.client
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -482,6 +483,7 @@ def start() -> Iterator[RealModel]:
         finally:
             direct.close()
             behind.close()
+    shutil.rmtree(work, ignore_errors=True)  # the servers are stopped: only logs are left
 
 
 # -- what the tests check --------------------------------------------------------------------
