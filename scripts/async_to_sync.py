@@ -104,6 +104,7 @@ RENAMES = {
     "fires_async": "fires",
     "gemini_async": "gemini",
     "memory_async": "memory",
+    "openai_async": "openai",
     "migrate_async": "migrate",
     "open_store_async": "open_store",
     "openai_responses_async": "openai_responses",

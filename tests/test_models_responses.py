@@ -23,9 +23,11 @@ from turnlog import InvalidInput, Message, ModelError, ToolCall, ToolResult
 from turnlog.compaction.reported import USAGE_KEY as REPORTED
 from turnlog.models import (
     AsyncChatModelAdapter,
+    AsyncOpenAIChatModel,
     AsyncOpenAIResponsesModel,
     ChatModelAdapter,
     ChatResponse,
+    OpenAIChatModel,
     OpenAIResponsesModel,
     Usage,
 )
@@ -644,3 +646,14 @@ def test_the_responses_adapters_name_their_extra_on_a_base_install(tmp_path):
         "OpenAIResponsesModel -> 'turnlog[openai]'",
         "AsyncOpenAIResponsesModel -> 'turnlog[openai]'",
     ]
+
+
+@pytest.mark.parametrize(
+    "make", [OpenAIChatModel, AsyncOpenAIChatModel, OpenAIResponsesModel, AsyncOpenAIResponsesModel]
+)
+def test_a_model_without_any_api_key_is_invalid_input_saying_where_to_give_one(make, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(InvalidInput, match=r"cannot build an OpenAI client.*pass api_key="):
+        make("gpt-test")
+    model = make("gpt-test", api_key="k")  # a key given: the model owns (and closes) its client
+    assert model._owns_client

@@ -32,6 +32,26 @@ __all__ = ["OpenAIChatModel"]
 PROVIDER = "openai"
 
 
+def openai_client(
+    client: openai.OpenAI | None, given: dict[str, Any]
+) -> tuple[openai.OpenAI, bool]:
+    """`client`, or one built from the `client_settings` `given`; and whether it was built here
+    (so that the model closes it).
+
+    Raises:
+        InvalidInput: the client cannot be built (no API key anywhere, say).
+    """
+    if client is not None:
+        return client, False
+    try:
+        return openai.OpenAI(**given), True
+    except openai.OpenAIError as exc:
+        raise InvalidInput(
+            f"cannot build an OpenAI client: {exc} (pass api_key=, set OPENAI_API_KEY, or "
+            "pass client=)"
+        ) from exc
+
+
 class OpenAIChatModel:
     """A chat model spoken to in the OpenAI Chat Completions wire format.
 
@@ -75,16 +95,7 @@ class OpenAIChatModel:
         given = client_settings(
             client, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
-        owned = client is None
-        if client is None:
-            try:
-                client = openai.OpenAI(**given)
-            except openai.OpenAIError as exc:
-                raise InvalidInput(
-                    f"cannot build an OpenAI client: {exc} (pass api_key=, set "
-                    "OPENAI_API_KEY, or pass client=)"
-                ) from exc
-        self._owns_client = owned
+        client, self._owns_client = openai_client(client, given)
         self.model = model
         self.client = client
         self.options: dict[str, Any] = dict(options or {})

@@ -15,6 +15,7 @@ from turnlog.errors import InvalidInput
 from turnlog.events import Message
 from turnlog.models.base import ChatResponse, StreamEvent, client_settings
 from turnlog.models.calls_async import call_model, stream_model
+from turnlog.models.openai_async import openai_client
 from turnlog.models.responses_format import (
     ResponsesStream,
     chain_start,
@@ -99,16 +100,7 @@ class AsyncOpenAIResponsesModel:
         given = client_settings(
             client, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
-        owned = client is None
-        if client is None:
-            try:
-                client = openai.AsyncOpenAI(**given)
-            except openai.OpenAIError as exc:
-                raise InvalidInput(
-                    f"cannot build an OpenAI client: {exc} (pass api_key=, set "
-                    "OPENAI_API_KEY, or pass client=)"
-                ) from exc
-        self._owns_client = owned
+        client, self._owns_client = openai_client(client, given)
         self.model = model
         self.client = client
         self.options: dict[str, Any] = dict(options or {})
