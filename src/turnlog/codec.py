@@ -341,21 +341,26 @@ def events_from_rows(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Ses
                 if message is None:
                     raise ValueError("a token count on an event that is not a message")
                 counter, count = counted.counter, counted.count
+                # two counters at hand without moving them: a log of images takes turns
+                # between two (text, and text with parts), and a turn then hashes no name
                 if counter != last_counter:
-                    # a log of images takes turns between two counters (text, and text with
-                    # parts): keep the one before as well, so that a turn does not hash the
-                    # counter's name again
                     if counter == other_counter:
-                        last_counter, other_counter = other_counter, last_counter
-                        by_count, other_by = other_by, by_count
+                        if other_by is not None:
+                            tokens = other_by.get(count)
                     else:
                         other_counter, other_by = last_counter, by_count
-                        last_counter, by_count = counter, shared.get(counter)
-                if by_count is not None:
+                        last_counter = counter
+                        by_count = shared.get(counter)
+                        if by_count is not None:
+                            tokens = by_count.get(count)
+                elif by_count is not None:
                     tokens = by_count.get(count)
                 if tokens is None:
                     tokens = shared_token_count(counter, count)
-                    by_count = shared.get(counter)
+                    if counter == last_counter:
+                        by_count = shared.get(counter)
+                    else:
+                        other_by = shared.get(counter)
             append(
                 _event(
                     _SessionEvent,
