@@ -15,6 +15,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.history import HistoryHit, HistoryQuery
 from turnlog.lazy import LazyEvents
 from turnlog.payloads import CompactionBoundary
 from turnlog.rules import EMPTY_TAIL as EMPTY
@@ -45,6 +46,7 @@ from turnlog.stores.base import (
     stamped,
     utc_now,
 )
+from turnlog.stores.history_index import HistoryIndex, catch_up
 
 __all__ = ["MemoryStore"]
 
@@ -67,10 +69,16 @@ class MemoryStore:
     Args:
         clock: stamps events appended without a timestamp.
         attachments: which bytes of parts are stored apart, and the size limits.
+        history: the history index `search_history` keeps (`HistoryIndex`: built from a
+            session's log on its first search; the 1,000 sessions searched last by default).
     """
 
     def __init__(
-        self, *, clock: Clock = utc_now, attachments: AttachmentLimits = DEFAULT_LIMITS
+        self,
+        *,
+        clock: Clock = utc_now,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
+        history: HistoryIndex | None = None,
     ) -> None:
         self._clock = clock
         self._limits = self.attachment_limits = attachments
@@ -79,6 +87,7 @@ class MemoryStore:
         self._blobs: dict[str, bytes] = {}  # attachment ref -> bytes
         self._users: dict[str, int] = {}  # attachment ref -> how many sessions hold it
         self._lock = threading.RLock()
+        self._history = history if history is not None else HistoryIndex()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -133,6 +142,7 @@ class MemoryStore:
             log = self._logs.pop(session_id, None)
             if log is None:
                 return False
+            self._history.forget(session_id)
             for event_id in log.by_id:
                 self._owner.pop(event_id, None)
             for ref in log.attachments:
@@ -285,6 +295,29 @@ class MemoryStore:
             return data
         return data[offset : None if length is None else offset + length]
 
+    def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
+        with self._lock:
+            version = len(self._log(session_id).events)
+            catch_up(self._history, session_id, version, self.events_after)
+            return self._history.search([session_id], query)
+
+    def search_sessions(
+        self,
+        query: HistoryQuery,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+    ) -> list[HistoryHit]:
+        with self._lock:
+            chosen = [
+                sid
+                for sid in (self._logs if sessions is None else dict.fromkeys(sessions))
+                if sid in self._logs and _matches(self._logs[sid].session, metadata)
+            ]
+            for sid in chosen:
+                catch_up(self._history, sid, len(self._logs[sid].events), self.events_after)
+            return self._history.search(chosen, query)
+
     def view_lazy(self, session_id: str) -> LazyEvents:
         return LazyEvents.of(self.view(session_id))  # decoded already: nothing to defer
 
@@ -303,3 +336,10 @@ class MemoryStore:
 
 def _same(stored: object, value: object) -> bool:
     return type(stored) is type(value) and stored == value
+
+
+def _matches(session: Session, metadata: Mapping[str, str | int | bool] | None) -> bool:
+    return metadata is None or all(
+        name in session.metadata and _same(session.metadata[name], value)
+        for name, value in metadata.items()
+    )

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.history import HistoryHit, HistoryQuery
 from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 
@@ -145,6 +146,30 @@ class AsyncSessionStore(Protocol):
             AttachmentNotFound: no event of the session stored an attachment `ref`.
             InvalidInput: `ref` is not an attachment reference, or a bad range.
         """
+        ...
+
+    async def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
+        """The message events of the session's log that best match `query`, best first, at
+        most `query.k`: covered and cleared events included (the log keeps them), summaries,
+        stand-ins and the recall tools' own results not (`turnlog.history.indexed_text`).
+        Filters by role, tool and when it was said (`turnlog.history.said_at`) apply before
+        the ranking's cut.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        ...
+
+    async def search_sessions(
+        self,
+        query: HistoryQuery,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+    ) -> list[HistoryHit]:
+        """`search_history` across sessions: those of `sessions` (every session by default)
+        whose metadata has each name of `metadata` equal to its value; the best `query.k`
+        events of them all, best first. Ids of sessions that do not exist are skipped."""
         ...
 
     async def close(self) -> None:

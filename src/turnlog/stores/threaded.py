@@ -16,6 +16,7 @@ from typing import ParamSpec, TypeVar
 
 from turnlog.errors import StoreError
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.history import HistoryHit, HistoryQuery
 from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
@@ -145,6 +146,19 @@ class ThreadedAsyncStore:
 
     async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return await self._run((await self._sync()).record_tokens, session_id, counts)
+
+    async def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
+        return await self._run((await self._sync()).search_history, session_id, query)
+
+    async def search_sessions(
+        self,
+        query: HistoryQuery,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+    ) -> list[HistoryHit]:
+        store = await self._sync()
+        return await self._run(store.search_sessions, query, sessions=sessions, metadata=metadata)
 
     async def read_attachment(
         self, session_id: str, ref: str, offset: int = 0, length: int | None = None
