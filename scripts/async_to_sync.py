@@ -97,6 +97,7 @@ RENAMES = {
     "AsyncStoreContract": "StoreContract",
     "AsyncToolSearch": "ToolSearch",
     "calls_async": "calls",
+    "catch_up_async": "catch_up",
     "chat_async": "chat",
     "cluster_async": "cluster",
     "connections_async": "connections",

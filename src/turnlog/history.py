@@ -28,7 +28,6 @@ import msgspec
 
 from turnlog.errors import InvalidInput
 from turnlog.events import ROLES, SessionEvent
-from turnlog.toolsearch.words import query_words
 
 __all__ = [
     "MAX_HITS",
@@ -181,6 +180,9 @@ def query_terms(query: str) -> list[str]:
     left; numbers kept (a price, a date, an order number are what a question about the past
     asks for). Runs of scripts written without spaces become their character pairs, as the
     index stores them. Empty when the query has no letter or digit."""
+    # here: `import turnlog` loads none of the tool search (tests/test_cold_start.py)
+    from turnlog.toolsearch.words import query_words
+
     words = query_words(query) or query_words(query, keep_stop_words=True)
     return words[:MAX_QUERY_TERMS]
 

@@ -518,3 +518,36 @@ class TailMemory:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+MAX_EVENT_IDS = 1000
+"""The most ids one `events_by_id` call takes."""
+
+
+def check_event_ids(ids: object) -> list[str]:
+    """The ids of an `events_by_id` call, each once, in order.
+
+    Raises:
+        InvalidInput: not a list of valid event ids, or more than `MAX_EVENT_IDS`.
+    """
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise InvalidInput(f"ids must be a list of event ids, got {ids!r}")
+    out = list(dict.fromkeys(check_id(i, "event id") for i in ids))
+    if len(out) > MAX_EVENT_IDS:
+        raise InvalidInput(f"at most {MAX_EVENT_IDS} ids a call, got {len(out)}")
+    return out
+
+
+def session_matches(session: Session, metadata: Mapping[str, str | int | bool] | None) -> bool:
+    """Whether the session's metadata has each name of `metadata` equal to its value (a bool
+    is not an int: True does not match 1)."""
+    if metadata is None:
+        return True
+    for name, value in metadata.items():
+        held = session.metadata.get(name, _MISSING)
+        if type(held) is not type(value) or held != value:
+            return False
+    return True
+
+
+_MISSING = object()

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from turnlog.codec import from_micros, to_micros
 from turnlog.events import SessionEvent
@@ -34,17 +34,21 @@ from turnlog.history import (
     snippet,
     tool_names,
 )
-from turnlog.toolsearch.base import ToolIndexEvictionStrategy
-from turnlog.toolsearch.eviction import LruEvictionStrategy
-from turnlog.toolsearch.words import index_text
 
-__all__ = ["PAGE", "HistoryIndex"]
+if TYPE_CHECKING:
+    from turnlog.toolsearch.base import ToolIndexEvictionStrategy
+
+__all__ = ["PAGE", "CatchUp", "HistoryIndex", "catch_up", "catch_up_async"]
 
 PAGE: Final = 1000
 """How many events a catch-up reads at a time."""
 _TOKENIZER: Final = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 _SEQ_BITS: Final = 40  # a session's rows are rowids (key << 40) + seq: one range per session
 _TOOLS_SEP: Final = "\x1f"
+
+
+CatchUp = Callable[["HistoryIndex", str, int, Callable[[str, int, int], list[SessionEvent]]], None]
+"""`catch_up`'s type."""
 
 
 @dataclass
@@ -67,6 +71,11 @@ class HistoryIndex:
     """
 
     def __init__(self, eviction: ToolIndexEvictionStrategy | None = None) -> None:
+        # here: `import turnlog` loads none of the tool search (tests/test_cold_start.py)
+        from turnlog.toolsearch.eviction import LruEvictionStrategy
+        from turnlog.toolsearch.words import index_text
+
+        self._index_text = index_text
         self._eviction = eviction if eviction is not None else LruEvictionStrategy(1000)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
@@ -104,7 +113,7 @@ class HistoryIndex:
                 rows.append(
                     (
                         (entry.key << _SEQ_BITS) + seq,
-                        index_text(text),
+                        self._index_text(text),
                         event.id,
                         event.message.role,
                         to_micros(said_at(event)),
@@ -113,7 +122,11 @@ class HistoryIndex:
                     )
                 )
             if rows:
-                self._db.executemany("INSERT INTO h VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                self._db.executemany(
+                    "INSERT INTO h (rowid, text, event_id, role, said, stamp, tools) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
 
     def forget(self, session_id: str) -> None:
         """Drop the session's entries (it was deleted, or is to be indexed again)."""
@@ -237,7 +250,7 @@ def _id_at(
     return found[0].id if found else None
 
 
-async def acatch_up(
+async def catch_up_async(
     index: HistoryIndex,
     session_id: str,
     version: int,

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from turnlog.errors import (
     AttachmentNotFound,
@@ -38,6 +39,7 @@ from turnlog.stores.base import (
     check_boundaries,
     check_cutoff,
     check_event,
+    check_event_ids,
     check_limit,
     check_metadata_query,
     check_range,
@@ -46,7 +48,9 @@ from turnlog.stores.base import (
     stamped,
     utc_now,
 )
-from turnlog.stores.history_index import HistoryIndex, catch_up
+
+if TYPE_CHECKING:
+    from turnlog.stores.history_index import CatchUp, HistoryIndex
 
 __all__ = ["MemoryStore"]
 
@@ -87,7 +91,7 @@ class MemoryStore:
         self._blobs: dict[str, bytes] = {}  # attachment ref -> bytes
         self._users: dict[str, int] = {}  # attachment ref -> how many sessions hold it
         self._lock = threading.RLock()
-        self._history = history if history is not None else HistoryIndex()
+        self._history = history
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -142,7 +146,8 @@ class MemoryStore:
             log = self._logs.pop(session_id, None)
             if log is None:
                 return False
-            self._history.forget(session_id)
+            if self._history is not None:
+                self._history.forget(session_id)
             for event_id in log.by_id:
                 self._owner.pop(event_id, None)
             for ref in log.attachments:
@@ -295,11 +300,19 @@ class MemoryStore:
             return data
         return data[offset : None if length is None else offset + length]
 
+    def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        wanted = check_event_ids(ids)
+        with self._lock:
+            by_id = self._log(session_id).by_id
+            found = [by_id[i] for i in wanted if i in by_id]
+        return sorted(found, key=lambda e: e.seq or 0)
+
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         with self._lock:
             version = len(self._log(session_id).events)
-            catch_up(self._history, session_id, version, self.events_after)
-            return self._history.search([session_id], query)
+            index, catch_up = self._index()
+            catch_up(index, session_id, version, self.events_after)
+            return index.search([session_id], query)
 
     def search_sessions(
         self,
@@ -314,9 +327,18 @@ class MemoryStore:
                 for sid in (self._logs if sessions is None else dict.fromkeys(sessions))
                 if sid in self._logs and _matches(self._logs[sid].session, metadata)
             ]
+            index, catch_up = self._index()
             for sid in chosen:
-                catch_up(self._history, sid, len(self._logs[sid].events), self.events_after)
-            return self._history.search(chosen, query)
+                catch_up(index, sid, len(self._logs[sid].events), self.events_after)
+            return index.search(chosen, query)
+
+    def _index(self) -> tuple[HistoryIndex, CatchUp]:
+        # here: `import turnlog` loads neither sqlite3's FTS5 index nor logging
+        from turnlog.stores.history_index import HistoryIndex, catch_up
+
+        if self._history is None:
+            self._history = HistoryIndex()
+        return self._history, catch_up
 
     def view_lazy(self, session_id: str) -> LazyEvents:
         return LazyEvents.of(self.view(session_id))  # decoded already: nothing to defer

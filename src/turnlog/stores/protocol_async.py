@@ -148,6 +148,17 @@ class AsyncSessionStore(Protocol):
         """
         ...
 
+    async def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        """The events of the session's log with these ids, in log order, each once; an id the
+        session does not hold (another session's, or none) is skipped. Reads only those events
+        (what the recall tool `read_events` gives the model back).
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: an id is not a valid event id, or more than 1,000 ids.
+        """
+        ...
+
     async def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         """The message events of the session's log that best match `query`, best first, at
         most `query.k`: covered and cleared events included (the log keeps them), summaries,

@@ -147,6 +147,9 @@ class ThreadedAsyncStore:
     async def record_tokens(self, session_id: str, counts: Mapping[str, TokenCount]) -> int:
         return await self._run((await self._sync()).record_tokens, session_id, counts)
 
+    async def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        return await self._run((await self._sync()).events_by_id, session_id, ids)
+
     async def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         return await self._run((await self._sync()).search_history, session_id, query)
 

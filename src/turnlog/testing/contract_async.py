@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from turnlog.events import Session, SessionEvent, TokenCount
+from turnlog.history import HistoryHit, HistoryQuery
 from turnlog.lazy import LazyEvents
 from turnlog.stores.base import EventFilter
 from turnlog.stores.protocol import SessionStore
@@ -131,6 +132,23 @@ class _Blocking:
         self, session_id: str, ref: str, offset: int = 0, length: int | None = None
     ) -> bytes:
         return self._loop.run(self.async_store.read_attachment(session_id, ref, offset, length))
+
+    def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        return self._loop.run(self.async_store.events_by_id(session_id, ids))
+
+    def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
+        return self._loop.run(self.async_store.search_history(session_id, query))
+
+    def search_sessions(
+        self,
+        query: HistoryQuery,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+    ) -> list[HistoryHit]:
+        return self._loop.run(
+            self.async_store.search_sessions(query, sessions=sessions, metadata=metadata)
+        )
 
     def close(self) -> None:
         self._loop.run(self.async_store.close())

@@ -37,6 +37,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
+from turnlog.history import HistoryHit, HistoryQuery
 from turnlog.lazy import LazyEvents
 from turnlog.payloads import CompactionBoundary
 from turnlog.rules import Tail, check_append, needs_tail
@@ -59,15 +60,18 @@ from turnlog.stores.base import (
     check_batch,
     check_cutoff,
     check_event,
+    check_event_ids,
     check_limit,
     check_metadata_query,
     check_range,
     check_rules_at,
     check_session,
     check_token_counts,
+    session_matches,
     stamped,
     utc_now,
 )
+from turnlog.stores.history_index import HistoryIndex, catch_up
 from turnlog.stores.postgres.connections import Conn, Connections, Pool
 from turnlog.stores.postgres.ddl import (
     MAX_INDEXED_BYTES,
@@ -566,6 +570,49 @@ class PostgresStore:
         if flt.roles is None and not flt.exclude_synthetic and flt.last_n is None:
             return events  # the types, if any, were filtered by the query
         return apply_filter(events, flt)
+
+    def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        wanted = set(check_event_ids(ids))
+        return [e for e in self.events(session_id) if e.id in wanted]
+
+    def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
+        index = self._history_index()
+        catch_up(index, session_id, self.version(session_id), self.events_after)
+        return index.search([session_id], query)
+
+    def search_sessions(
+        self,
+        query: HistoryQuery,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+    ) -> list[HistoryHit]:
+        index = self._history_index()
+        chosen = []
+        for session in self.list_sessions() if sessions is None else []:
+            chosen.append(session.id)
+        for sid in sessions or []:
+            found = self.find_session(sid)
+            if found is not None:
+                chosen.append(sid)
+        picked = []
+        for sid in dict.fromkeys(chosen):
+            found = self.find_session(sid)
+            if found is None or not session_matches(found, metadata):
+                continue
+            try:
+                catch_up(index, sid, self.version(sid), self.events_after)
+            except SessionNotFound:
+                continue
+            picked.append(sid)
+        return index.search(picked, query)
+
+    def _history_index(self) -> HistoryIndex:
+        # the process's history index of this store (turnlog.stores.history_index)
+        index = getattr(self, "_history", None)
+        if index is None:
+            index = self._history = HistoryIndex()
+        return index
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         check_id(session_id, "session id")
