@@ -20,6 +20,7 @@ every session (covered and cleared ones included), kept in step with the log:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Final
@@ -184,7 +185,12 @@ def query_terms(query: str) -> list[str]:
     from turnlog.toolsearch.words import query_words
 
     words = query_words(query) or query_words(query, keep_stop_words=True)
+    # a lone digit is a word here ("March 3", "gate 7"), as it is to the index
+    words += [d for d in dict.fromkeys(_LONE_DIGIT.findall(query)) if d not in words]
     return words[:MAX_QUERY_TERMS]
+
+
+_LONE_DIGIT: Final = re.compile(r"(?<![^\W_])\d(?![^\W_])")
 
 
 def fts5_expression(terms: Iterable[str]) -> str:

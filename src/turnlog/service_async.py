@@ -36,6 +36,7 @@ from turnlog.events import (
     new_id,
     trusted_copy,
 )
+from turnlog.history import HistoryHit, history_query
 from turnlog.lazy import LazyEvents
 from turnlog.reasoning import DEFAULT_REASONING
 from turnlog.rules import repair_messages
@@ -391,6 +392,74 @@ class AsyncSessionService:
         """
         return await self.store.events_after(session_id, after, limit)
 
+    # -- recall -----------------------------------------------------------------------------
+
+    async def search_history(
+        self,
+        session_id: str,
+        query: str,
+        *,
+        k: int = 5,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        roles: Sequence[str] | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> list[HistoryHit]:
+        """The message events of the session's log that best match the words of `query`, best
+        first, at most `k`: what a compaction took out of the view is found as well (the log
+        keeps it). Summaries and stand-ins are not searched, nor what the recall tools gave
+        back. `before` and `after` bound when an event was said (`HistoryHit.said_at`: a
+        message's "said_at" metadata, else when it was stored), exclusive; `roles` and `tools`
+        keep only messages of those roles, or calling or answering those tools.
+
+        Each store keeps the index in step with the log: SQLite (FTS5) and PostgreSQL
+        (`tsvector`) in the append's own transaction; the memory and Redis stores in the
+        process, built from the log on a session's first search (docs/recall.md).
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: a blank or too long query, `k` outside 1-100, a date without a
+                timezone, an unknown role.
+        """
+        checked = history_query(query, k=k, before=before, after=after, roles=roles, tools=tools)
+        return await self.store.search_history(check_id(session_id, "session id"), checked)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        sessions: Sequence[str] | None = None,
+        metadata: Mapping[str, str | int | bool] | None = None,
+        k: int = 5,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> list[HistoryHit]:
+        """`search_history` across sessions: every session by default, those of `sessions`,
+        and of them those whose metadata has each name of `metadata` equal to its value (an
+        owner field, so that an application searches one user's conversations). The best `k`
+        events of them all; ids of sessions that do not exist are skipped.
+
+        Raises:
+            InvalidInput: as `search_history`; `metadata` is not a mapping of names to strings,
+                integers or booleans.
+        """
+        checked = history_query(query, k=k, before=before, after=after, roles=roles)
+        chosen = None if sessions is None else _session_ids(sessions)
+        return await self.store.search_sessions(
+            checked, sessions=chosen, metadata=_metadata_filter(metadata)
+        )
+
+    async def read_events(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
+        """The session's events with these ids (a search's `HistoryHit.event_id`), in log
+        order, whole: an id of another session, or of none, gives nothing. At most 1,000 ids.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidInput: an id is not a valid event id, or too many ids.
+        """
+        return await self.store.events_by_id(check_id(session_id, "session id"), ids)
+
     async def attachment(self, session_id: str, ref: str) -> bytes:
         """The bytes of attachment `ref` of the session, checked against the reference.
 
@@ -700,3 +769,27 @@ def _sent_tokens(view: Sequence[SessionEvent]) -> int:
 
 _sent_counts: SentTokens | None = None
 """The counts `_sent_tokens` takes, made on first use (the tokenizer loads then)."""
+
+
+def _session_ids(sessions: object) -> list[str]:
+    if isinstance(sessions, str) or not isinstance(sessions, Sequence):
+        raise InvalidInput(f"sessions must be a list of session ids, got {sessions!r}")
+    return [check_id(sid, "session id") for sid in sessions]
+
+
+def _metadata_filter(metadata: object) -> dict[str, str | int | bool] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidInput(f"metadata must be a mapping of names to values, got {metadata!r}")
+    out: dict[str, str | int | bool] = {}
+    for name, value in metadata.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"a metadata name must be a non-empty string, got {name!r}")
+        if not isinstance(value, (str, int, bool)):
+            raise InvalidInput(
+                f"metadata {name!r} must be matched by a string, integer or boolean, "
+                f"got {type(value).__name__}"
+            )
+        out[name] = value
+    return out

@@ -27,6 +27,7 @@ from turnlog.stores.protocol import SessionStore
 from turnlog.testing._base import AUDIT, T0, ContractBase, msg, session_at, turn
 from turnlog.testing.contract_atomicity import AtomicityContract
 from turnlog.testing.contract_attachments import AttachmentContract
+from turnlog.testing.contract_history import HistoryContract
 from turnlog.testing.contract_lazy_view import LazyViewContract
 from turnlog.testing.contract_races import RaceContract
 from turnlog.testing.contract_regressions import RegressionContract
@@ -48,6 +49,7 @@ class StoreContract(
     TokenCountContract,
     LazyViewContract,
     AttachmentContract,
+    HistoryContract,
     ContractBase,
 ):
     """The contract suite. Subclasses implement `make_store`."""
