@@ -5,6 +5,10 @@ or processes queue for the lock instead of failing with "database is locked". Th
 `(session_id, seq)` guards versions; the unique index on `id` keeps ids unique across sessions.
 The session row points at its newest boundary, so reading the view reads the boundary, the
 events it names and what came after: never the covered history.
+
+The history index (schema 3) is a contentless FTS5 table beside a plain table of the indexed
+rows, both written in the append's transaction and emptied of a session in its delete's: see
+`_HISTORY`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from turnlog.codec import (
     dump_json,
     encode_body,
     events_from_rows,
+    from_micros,
     gc_paused,
     lazy_events_from_rows,
     message_ids,
@@ -40,7 +45,17 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
-from turnlog.history import HistoryHit, HistoryQuery
+from turnlog.history import (
+    SAID_AT,
+    HistoryHit,
+    HistoryQuery,
+    bm25_score,
+    fts5_expression,
+    indexed_text,
+    said_at,
+    snippet,
+    tool_names,
+)
 from turnlog.lazy import LazyEvents
 from turnlog.payloads import CompactionBoundary
 from turnlog.rules import (
@@ -82,11 +97,10 @@ from turnlog.stores.base import (
     stamped,
     utc_now,
 )
-from turnlog.stores.history_index import HistoryIndex, catch_up
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _SCHEMA: Final = """
 CREATE TABLE turnlog_schema (version INTEGER NOT NULL);
@@ -127,6 +141,49 @@ CREATE TABLE turnlog_session_attachments (
 ) WITHOUT ROWID;
 CREATE INDEX turnlog_session_attachments_ref ON turnlog_session_attachments (ref);
 """
+
+# Version 3: the history index (recall). `turnlog_history_text` is a contentless FTS5 table
+# (it keeps the index, not the text) over `index_text(indexed_text(event))`, with the tool
+# search's tokenizer (CJK and Thai by their character pairs); `turnlog_history` holds what a
+# search filters on and returns, under the same rowid: (the session's history key << 40) + seq,
+# so one session's rows are one rowid range. The event id, timestamp and body stay in
+# `turnlog_events` (read for the hits only), so a row costs its rowid, said_at, role and tools.
+# A session's key comes from `turnlog_history_keys` (never given twice while it lasts), so a
+# session created again under a deleted one's id never meets the old rows.
+#
+# Deleting from a contentless table (SQLite 3.40: no contentless_delete) is FTS5's 'delete'
+# command with the very text that was indexed; it is computed again from the stored body, which
+# is exact: the indexed text is a pure function of the message's text, tool calls and tool
+# results, the body is what was encoded from the very event indexed (after the attachment
+# split, which leaves text alone), and the one rewrite of a body (`record_tokens`) changes only
+# its token counts. A turnlog that changes `indexed_text` or `index_text` must raise the schema
+# version and rebuild the index.
+_HISTORY: Final = """
+CREATE TABLE turnlog_history_keys (next INTEGER NOT NULL);
+INSERT INTO turnlog_history_keys (next) VALUES (1);
+ALTER TABLE turnlog_sessions ADD COLUMN history_key INTEGER;
+CREATE UNIQUE INDEX turnlog_sessions_history_key ON turnlog_sessions (history_key);
+CREATE TABLE turnlog_history (
+    rowid INTEGER PRIMARY KEY,
+    said_at INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    tools TEXT
+);
+CREATE VIRTUAL TABLE turnlog_history_text USING fts5(
+    text, content = '',
+    tokenize = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
+)
+"""
+_SEQ_BITS: Final = 40
+_SEQ_SPAN: Final = 1 << _SEQ_BITS
+_MAX_KEY: Final = (1 << (63 - _SEQ_BITS)) - 1
+_TOOLS_SEP: Final = "\x1f"
+_BACKFILL: Final = 1000  # events a migration reads at a time
+_ADD_ROW: Final = (
+    "INSERT INTO turnlog_history (rowid, said_at, role, tools) VALUES ("
+    "(SELECT history_key FROM turnlog_sessions WHERE id = ?) * 1099511627776 + ?, ?, ?, ?)"
+)
+_ADD_TEXT: Final = "INSERT INTO turnlog_history_text (rowid, text) VALUES (last_insert_rowid(), ?)"
 
 # NULL for a message event's type: one str fewer to build per row (codec.events_from_rows
 # reads a None type as MESSAGE).
@@ -346,6 +403,11 @@ class SqliteStore:
                 _run_script(conn, _SCHEMA)
             if found < 2:  # a version 1 file gains the attachment tables
                 _run_script(conn, _ATTACHMENTS)
+            if found < 3 and not _has_table(conn, "turnlog_history"):
+                # a version 2 file gains the history index, filled from its logs (a file whose
+                # version was set back by hand keeps the index it has: it was kept in step)
+                _run_script(conn, _HISTORY)
+                _backfill_history(conn)
             if found < SCHEMA_VERSION:
                 conn.execute("INSERT INTO turnlog_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
@@ -382,9 +444,9 @@ class SqliteStore:
         with self._write() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
-                    "VALUES (?, ?, ?, ?)",
-                    _session_row(session),
+                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata, "
+                    "history_key) VALUES (?, ?, ?, ?, ?)",
+                    (*_session_row(session), _next_key(conn)),
                 )
             except sqlite3.IntegrityError:
                 raise SessionAlreadyExists(session.id) from None
@@ -392,12 +454,18 @@ class SqliteStore:
     def save_session(self, session: Session) -> None:
         check_session(session)
         with self._write() as conn:
-            conn.execute(
-                "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                "expires_at = excluded.expires_at, metadata = excluded.metadata",
-                _session_row(session),
-            )
+            row = _session_row(session)
+            if conn.execute("SELECT 1 FROM turnlog_sessions WHERE id = ?", row[:1]).fetchone():
+                conn.execute(
+                    "UPDATE turnlog_sessions SET expires_at = ?, metadata = ? WHERE id = ?",
+                    (row[2], row[3], row[0]),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata, "
+                    "history_key) VALUES (?, ?, ?, ?, ?)",
+                    (*row, _next_key(conn)),
+                )
 
     def find_session(self, session_id: str) -> Session | None:
         check_id(session_id, "session id")
@@ -423,6 +491,7 @@ class SqliteStore:
         with self._write() as conn:
             self._tails.forget(session_id)
             self._drop_attachments(conn, "id = ?", (session_id,))
+            _drop_history(conn, "id = ?", (session_id,))
             conn.execute("DELETE FROM turnlog_events WHERE session_id = ?", (session_id,))
             cur = conn.execute("DELETE FROM turnlog_sessions WHERE id = ?", (session_id,))
             return cur.rowcount > 0
@@ -431,6 +500,7 @@ class SqliteStore:
         cutoff = max(min(to_micros(check_cutoff(before)), 2**63 - 1), -(2**63))
         with self._write() as conn:
             self._drop_attachments(conn, "expires_at IS NOT NULL AND expires_at <= ?", (cutoff,))
+            _drop_history(conn, "expires_at IS NOT NULL AND expires_at <= ?", (cutoff,))
             conn.execute(
                 "DELETE FROM turnlog_events WHERE session_id IN (SELECT id FROM turnlog_sessions "
                 "WHERE expires_at IS NOT NULL AND expires_at <= ?)",
@@ -535,27 +605,35 @@ class SqliteStore:
         seq = expected + 1
         row = (session_id, seq, event.id, event.type.name, micros, role, 1 if synthetic else 0,
                encode_body(event))  # fmt: skip
+        found = _index_row(event, micros)
+        index = None if found is None else (session_id, seq, *found)
         if tail_needed and tail is None:
-            return self._append_read(session_id, event, expected, row)
+            return self._append_read(session_id, event, expected, row, index)
         after = None if tail is None else (session_id, seq, event.id, tail)
         if expected == 0:
-            written = self._write_one(_INSERT_FIRST, row, after)
+            written = self._write_one(_INSERT_FIRST, row, after, index)
         else:
-            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after)
+            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after, index)
         if written:
             return seq
         if fence is None:
             return None  # not at `expected`, no such session, or an id already stored
         self._tails.forget(session_id)  # perhaps another handle wrote: read the log's end
-        return self._append_read(session_id, event, expected, row)
+        return self._append_read(session_id, event, expected, row, index)
 
     def _write_one(
-        self, sql: str, params: tuple[Any, ...], tail: tuple[str, int, str, Tail] | None
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        tail: tuple[str, int, str, Tail] | None,
+        index: tuple[Any, ...] | None = None,
     ) -> bool:
         """Run one insert in autocommit mode, under the write lock: whether it wrote its row
-        (False: a constraint refused it). When it did, `tail` (session, version, newest id,
-        `Tail`), if given, is remembered before the lock is released. As in `_immediate`, the
-        time spent waiting for the lock is taken off SQLite's busy timeout."""
+        (False: a constraint refused it). With `index` (the event's history row: `_ADD_ROW`'s
+        parameters and the text), the insert and the index rows are one transaction instead.
+        When it wrote, `tail` (session, version, newest id, `Tail`), if given, is remembered
+        before the lock is released. As in `_immediate`, the time spent waiting for the lock
+        is taken off SQLite's busy timeout."""
         conn = self._conn()
         lock = self._write_lock
         left = None
@@ -573,8 +651,16 @@ class SqliteStore:
             if left is not None:
                 conn.execute(f"PRAGMA busy_timeout = {left}")
             try:
-                conn.execute(sql, params)
+                if index is None:
+                    conn.execute(sql, params)
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute(sql, params)
+                    conn.execute(_ADD_ROW, index[:5])
+                    conn.execute(_ADD_TEXT, index[5:])
+                    conn.execute("COMMIT")
             except sqlite3.IntegrityError:
+                _rollback(conn)
                 return False
             finally:
                 if left is not None:
@@ -589,9 +675,15 @@ class SqliteStore:
             lock.release()
 
     def _append_read(
-        self, session_id: str, event: SessionEvent, expected: int, row: tuple[Any, ...]
+        self,
+        session_id: str,
+        event: SessionEvent,
+        expected: int,
+        row: tuple[Any, ...],
+        index: tuple[Any, ...] | None,
     ) -> int | None:
-        """`_append_one` when the tail has to be read: the newest row, then the insert."""
+        """`_append_one` when the tail has to be read: the newest row, then the insert (and
+        the history row `index`, if any)."""
         with self._immediate() as conn:
             done = False
             try:
@@ -606,6 +698,9 @@ class SqliteStore:
                     conn.execute(_INSERT, row)
                 except sqlite3.IntegrityError:
                     return None
+                if index is not None:
+                    conn.execute(_ADD_ROW, index[:5])
+                    conn.execute(_ADD_TEXT, index[5:])
                 conn.execute("COMMIT")
                 done = True
                 self._tails.remember(session_id, expected + 1, event.id, tail)
@@ -828,6 +923,10 @@ class SqliteStore:
                 conn.execute(_INSERT, rows[0])
             except sqlite3.IntegrityError:
                 return False
+            found = _index_row(batch[0], rows[0][4])
+            if found is not None:
+                conn.execute(_ADD_ROW, (session_id, version + 1, *found[:3]))
+                conn.execute(_ADD_TEXT, found[3:])
             return True
         conn.execute("SAVEPOINT turnlog_batch")
         try:
@@ -837,6 +936,8 @@ class SqliteStore:
             conn.execute("RELEASE turnlog_batch")
             return False
         conn.execute("RELEASE turnlog_batch")
+        indexed = [(r[1], _index_row(e, r[4])) for e, r in zip(batch, rows, strict=True)]
+        _add_history(conn, session_id, [(seq, f) for seq, f in indexed if f is not None])
         return True
 
     def _drop_stored(
@@ -902,13 +1003,33 @@ class SqliteStore:
         return written
 
     def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
-        wanted = set(check_event_ids(ids))
-        return [e for e in self.events(session_id) if e.id in wanted]
+        wanted = check_event_ids(ids)
+        check_id(session_id, "session id")
+        with self._read() as conn:
+            self._check_session(conn, session_id)
+            rows = self._by_ids(conn, session_id, wanted)
+        return sorted(decode_rows(session_id, rows), key=lambda e: e.seq or 0)
 
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
-        index = self._history_index()
-        catch_up(index, session_id, self.version(session_id), self.events_after)
-        return index.search([session_id], query)
+        """The best `query.k` message events of the session for `query`, by the history index:
+        one FTS5 match on the session's rowid range, filtered in SQL, bodies read for the hits
+        only.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        check_id(session_id, "session id")
+        expression = fts5_expression(query.terms)
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            if not expression:
+                return []
+            found = _matches(conn, expression, query, row[0], None)
+            return _hits(conn, found, query)
 
     def search_sessions(
         self,
@@ -917,32 +1038,28 @@ class SqliteStore:
         sessions: Sequence[str] | None = None,
         metadata: Mapping[str, str | int | bool] | None = None,
     ) -> list[HistoryHit]:
-        index = self._history_index()
-        chosen = []
-        for session in self.list_sessions() if sessions is None else []:
-            chosen.append(session.id)
-        for sid in sessions or []:
-            found = self.find_session(sid)
-            if found is not None:
-                chosen.append(sid)
-        picked = []
-        for sid in dict.fromkeys(chosen):
-            found = self.find_session(sid)
-            if found is None or not session_matches(found, metadata):
-                continue
-            try:
-                catch_up(index, sid, self.version(sid), self.events_after)
-            except SessionNotFound:
-                continue
-            picked.append(sid)
-        return index.search(picked, query)
-
-    def _history_index(self) -> HistoryIndex:
-        # the process's history index of this store (turnlog.stores.history_index)
-        index = getattr(self, "_history", None)
-        if index is None:
-            index = self._history = HistoryIndex()
-        return index
+        """The best `query.k` message events of the chosen sessions (all, or those of
+        `sessions` that exist; either kept to those whose metadata matches `metadata`): one
+        match over the whole index, or one per named session."""
+        expression = fts5_expression(query.terms)
+        if not expression:
+            return []
+        with self._read() as conn:
+            if sessions is None:
+                return _hits(conn, _matches(conn, expression, query, None, metadata), query)
+            named = [check_id(sid, "session id") for sid in dict.fromkeys(sessions)]
+            found: list[_Match] = []
+            for sid, key, created, expires, meta in _in_chunks(
+                conn,
+                "SELECT id, history_key, created_at, expires_at, metadata FROM turnlog_sessions "
+                "WHERE id IN",
+                (),
+                named,
+            ):
+                if session_matches(_session((sid, created, expires, meta)), metadata):
+                    found += _matches(conn, expression, query, key, None)
+            found.sort(key=lambda m: (-m[0], m[1] & (_SEQ_SPAN - 1), m[2]))
+            return _hits(conn, found[: query.k], query)
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         check_id(session_id, "session id")
@@ -1138,6 +1255,246 @@ class SqliteStore:
         with self._read() as conn:
             rows = self._by_ids(conn, session_id, [event_id])
         return _event(session_id, rows[0]) if rows else None
+
+
+_Match = tuple[float, int, str, int, str]  # score, rowid, session id, said_at, role
+_words: Any = None  # turnlog.toolsearch.words.index_text, loaded on the first use
+
+
+def _index_text(text: str) -> str:
+    global _words
+    if _words is None:  # here: `import turnlog` loads none of the tool search
+        from turnlog.toolsearch.words import index_text
+
+        _words = index_text
+    result: str = _words(text)
+    return result
+
+
+def _index_row(event: SessionEvent, micros: int) -> tuple[int, str, str | None, str] | None:
+    """The history row of `event`, stored with the timestamp `micros`: (said_at micros, role,
+    tool names or None, the text to index); None for an event the index leaves out."""
+    text = indexed_text(event)
+    message = event.message
+    if text is None or message is None:
+        return None
+    said = micros
+    if SAID_AT in message.metadata or SAID_AT in event.metadata:
+        try:
+            said = to_micros(said_at(event))
+        except InvalidInput:  # no timestamp yet, no date to read: said when stored
+            said = micros
+    tools = tool_names(event)
+    return said, message.role, _TOOLS_SEP.join(tools) if tools else None, _index_text(text)
+
+
+def _add_history(
+    conn: sqlite3.Connection,
+    session_id: str,
+    rows: list[tuple[int, tuple[int, str, str | None, str]]],
+) -> None:
+    """Index `rows` ((seq, `_index_row`)) of the session, in the caller's transaction."""
+    if not rows:
+        return
+    found = conn.execute(
+        "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    _add_keyed(conn, found[0], rows)
+
+
+def _add_keyed(
+    conn: sqlite3.Connection, key: int, rows: list[tuple[int, tuple[int, str, str | None, str]]]
+) -> None:
+    low = key * _SEQ_SPAN
+    conn.executemany(
+        "INSERT INTO turnlog_history (rowid, said_at, role, tools) VALUES (?, ?, ?, ?)",
+        [(low + seq, said, role, tools) for seq, (said, role, tools, _) in rows],
+    )
+    conn.executemany(
+        "INSERT INTO turnlog_history_text (rowid, text) VALUES (?, ?)",
+        [(low + seq, text) for seq, (_, _, _, text) in rows],
+    )
+
+
+def _next_key(conn: sqlite3.Connection) -> int:
+    """A history key no session holds, for a session being created: the next of the counter
+    (never given before), or once the counter is spent (8 million sessions), the lowest free."""
+    (key,) = conn.execute(
+        "UPDATE turnlog_history_keys SET next = next + 1 RETURNING next - 1"
+    ).fetchone()
+    if key <= _MAX_KEY:
+        return int(key)
+    row = conn.execute(
+        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM turnlog_sessions WHERE history_key = 1) "
+        "THEN 1 ELSE (SELECT min(s.history_key) + 1 FROM turnlog_sessions s WHERE NOT EXISTS "
+        "(SELECT 1 FROM turnlog_sessions t WHERE t.history_key = s.history_key + 1)) END"
+    ).fetchone()
+    if row[0] is None or row[0] > _MAX_KEY:  # pragma: no cover - 8 million sessions at once
+        raise StoreError("the history index holds as many sessions as it can: delete some")
+    return int(row[0])
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return found is not None
+
+
+def _backfill_history(conn: sqlite3.Connection) -> None:
+    """Give every session a history key and index its message events, a page at a time (the
+    migration to schema 3, in its transaction)."""
+    ids = [r[0] for r in conn.execute("SELECT id FROM turnlog_sessions ORDER BY created_at, id")]
+    conn.executemany(
+        "UPDATE turnlog_sessions SET history_key = ? WHERE id = ?",
+        [(key, sid) for key, sid in enumerate(ids, start=1)],
+    )
+    conn.execute("UPDATE turnlog_history_keys SET next = ?", (len(ids) + 1,))
+    for key, sid in enumerate(ids, start=1):
+        after = 0
+        while True:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
+                "AND type = 'MESSAGE' AND synthetic = 0 ORDER BY seq LIMIT ?",
+                (sid, after, _BACKFILL),
+            ).fetchall()
+            if not rows:
+                break
+            indexed = [
+                (e.seq or 0, _index_row(e, r[3]))
+                for e, r in zip(decode_rows(sid, rows), rows, strict=True)
+            ]
+            _add_keyed(conn, key, [(seq, f) for seq, f in indexed if f is not None])
+            after = rows[-1][0]
+
+
+def _drop_history(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
+    """Remove the history rows of the sessions `where` picks (an SQL condition on the sessions
+    table), in the caller's transaction: FTS5's 'delete' with each row's indexed text, made
+    again from its body (exact: see `_HISTORY`), then the rows."""
+    for sid, key in conn.execute(
+        f"SELECT id, history_key FROM turnlog_sessions WHERE {where}", args
+    ).fetchall():
+        low = key * _SEQ_SPAN
+        after = low - 1
+        while True:
+            rows = conn.execute(
+                f"SELECT h.rowid, {_COLUMNS} FROM turnlog_history h JOIN turnlog_events e "
+                "ON e.session_id = ? AND e.seq = h.rowid - ? WHERE h.rowid > ? AND h.rowid < ? "
+                "ORDER BY h.rowid LIMIT ?",
+                (sid, low, after, low + _SEQ_SPAN, _BACKFILL),
+            ).fetchall()
+            if not rows:
+                break
+            gone = []
+            for r, event in zip(rows, decode_rows(sid, [r[1:] for r in rows]), strict=True):
+                text = indexed_text(event)
+                if text is not None:
+                    gone.append((r[0], _index_text(text)))
+            conn.executemany(
+                "INSERT INTO turnlog_history_text (turnlog_history_text, rowid, text) "
+                "VALUES ('delete', ?, ?)",
+                gone,
+            )
+            after = rows[-1][0]
+        conn.execute(
+            "DELETE FROM turnlog_history WHERE rowid >= ? AND rowid < ?", (low, low + _SEQ_SPAN)
+        )
+
+
+def _matches(
+    conn: sqlite3.Connection,
+    expression: str,
+    query: HistoryQuery,
+    key: int | None,
+    metadata: Mapping[str, str | int | bool] | None,
+) -> list[_Match]:
+    """The best `query.k` rows for `expression`: of the session whose history key is `key`
+    (its rowid range), or of every session whose metadata matches `metadata` (None: all).
+    The time and role filters are SQL; the tool and metadata filters are applied to the
+    ranked rows as they come, so up to k rows are still found."""
+    sql = (
+        "SELECT bm25(turnlog_history_text) AS rank, t.rowid, s.id, h.said_at, h.role, h.tools"
+        + (", s.created_at, s.expires_at, s.metadata" if metadata is not None else "")
+        + " FROM turnlog_history_text t JOIN turnlog_history h ON h.rowid = t.rowid "
+        "JOIN turnlog_sessions s ON s.history_key = (t.rowid >> 40) "
+        "WHERE turnlog_history_text MATCH ?"
+    )
+    params: list[object] = [expression]
+    if key is not None:
+        sql += " AND t.rowid >= ? AND t.rowid < ?"
+        params += [key * _SEQ_SPAN, (key + 1) * _SEQ_SPAN]
+    if query.before is not None:
+        sql += " AND h.said_at < ?"
+        params.append(to_micros(query.before))
+    if query.after is not None:
+        sql += " AND h.said_at > ?"
+        params.append(to_micros(query.after))
+    if query.roles is not None:
+        sql += f" AND h.role IN ({', '.join('?' * len(query.roles))})"
+        params.extend(sorted(query.roles))
+    if query.tools is not None:
+        sql += " AND h.tools IS NOT NULL"
+    sql += " ORDER BY rank, t.rowid"
+    if query.tools is None and metadata is None:
+        sql += " LIMIT ?"
+        params.append(query.k)
+    out: list[_Match] = []
+    checked: dict[str, bool] = {}
+    cur = conn.execute(sql, params)
+    try:
+        for row in cur:
+            rank, rowid, sid, said, role, tools = row[:6]
+            if query.tools is not None and query.tools.isdisjoint(tools.split(_TOOLS_SEP)):
+                continue
+            if metadata is not None:
+                ok = checked.get(sid)
+                if ok is None:
+                    ok = checked[sid] = session_matches(_session((sid, *row[6:])), metadata)
+                if not ok:
+                    continue
+            out.append((bm25_score(rank), rowid, sid, said, role))
+            if len(out) >= query.k:
+                break
+    finally:
+        cur.close()
+    return out
+
+
+def _hits(conn: sqlite3.Connection, found: list[_Match], query: HistoryQuery) -> list[HistoryHit]:
+    """The hits of `found`, in order, with their events' bodies read (and decoded) for the
+    ids, timestamps and snippets."""
+    by_session: dict[str, list[int]] = {}
+    for _, rowid, sid, _, _ in found:
+        by_session.setdefault(sid, []).append(rowid & (_SEQ_SPAN - 1))
+    events: dict[tuple[str, int], SessionEvent] = {}
+    for sid, seqs in by_session.items():
+        rows = conn.execute(  # at most MAX_HITS seqs
+            f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq IN "
+            f"({','.join('?' * len(seqs))})",
+            (sid, *seqs),
+        ).fetchall()
+        for decoded in decode_rows(sid, rows):
+            events[sid, decoded.seq or 0] = decoded
+    hits = []
+    for score, rowid, sid, said, role in found:
+        seq = rowid & (_SEQ_SPAN - 1)
+        event = events.get((sid, seq))
+        if event is None or event.timestamp is None:  # pragma: no cover - one transaction
+            continue
+        hits.append(
+            HistoryHit(
+                session_id=sid,
+                event_id=event.id,
+                seq=seq,
+                timestamp=event.timestamp,
+                said_at=from_micros(said),
+                role=role,
+                snippet=snippet(indexed_text(event) or "", query.terms),
+                score=score,
+            )
+        )
+    return hits
 
 
 def _session_row(session: Session) -> tuple[Any, ...]:
