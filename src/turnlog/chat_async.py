@@ -41,6 +41,7 @@ from turnlog.events import (
     check_id,
     new_id,
 )
+from turnlog.history import RECALL_TOOLS
 from turnlog.mcp import MCPServer
 from turnlog.models.base import (
     CACHE_BREAKPOINT_KEY,
@@ -56,9 +57,20 @@ from turnlog.reasoning import (
     check_reasoning_policy,
     strip_foreign_reasoning,
 )
+from turnlog.recall_tools import (
+    RECALL_HITS,
+    SEARCH_HISTORY,
+    events_result,
+    hits_result,
+    read_arguments,
+    recall_error,
+    recall_tool_references,
+    search_arguments,
+)
 from turnlog.rules import repair_messages
 from turnlog.service_async import AsyncSessionService
 from turnlog.stores.base import EventFilter
+from turnlog.tokens import default_counter
 from turnlog.tools import (
     DEFAULT_MAX_TOOL_RESULT_TOKENS,
     Tool,
@@ -131,12 +143,18 @@ class AsyncSessionChat:
             `TokenCountTrigger.fraction` without its own window is bound to it here.
         context_warning: the share of the window above which `context_usage` logs a WARNING
             on the "turnlog.chat" logger, once per session (0.9 by default; None never).
+        recall: offer the model two more tools, `search_history(query, before?, after?)` and
+            `read_events(ids)`, that search the session's whole log (what compaction took out
+            of the view included) and read events of it back whole, capped at about 2,000
+            tokens a result by the service's token counter. Offered beside a tool search's
+            tools too. See `turnlog.recall_tools` and docs/chat.md.
 
     Raises:
         InvalidInput: an argument of the wrong kind (a service, model or tool search of the
             other flavour: the blocking and the asyncio runner each take their own), `trigger`
             without `strategy` or the reverse, two tools of one name, a `reasoning` other than
-            "all", "current_turn" and "none", a strategy or trigger whose `reasoning` counts
+            "all", "current_turn" and "none", a tool named as a recall tool with `recall`, a
+            strategy or trigger whose `reasoning` counts
             less reasoning than this one sends, a `TokenCountTrigger.fraction` without a
             window for a model whose window is unknown (no `limits` and not in the table).
     """
@@ -162,6 +180,7 @@ class AsyncSessionChat:
         reasoning: ReasoningPolicy = DEFAULT_REASONING,
         limits: ModelLimits | None = None,
         context_warning: float | None = DEFAULT_CONTEXT_WARNING,
+        recall: bool = False,
     ) -> None:
         if not isinstance(service, AsyncSessionService):
             raise InvalidInput(
@@ -229,6 +248,14 @@ class AsyncSessionChat:
         if tool_search is not None and SEARCH_TOOL_NAME in self.tools:
             raise InvalidInput(f"a tool is named {SEARCH_TOOL_NAME!r}, the search tool's name")
         self.tool_search = tool_search
+        self.recall = bool(recall)
+        self._recall_tools = recall_tool_references() if self.recall else []
+        for reference in self._recall_tools:
+            if reference.name in self.tools:
+                raise InvalidInput(
+                    f"a tool is named {reference.name!r}, a recall tool's name (recall=True): "
+                    "rename it, or leave recall off"
+                )
         self.trigger = trigger
         self.strategy = strategy
         self.retries = retries
@@ -240,6 +267,7 @@ class AsyncSessionChat:
         self.at_most_once = bool(at_most_once)
         self._references = [t.reference for t in self.tools.values()]
         reserved = [*self.tools, *([SEARCH_TOOL_NAME] if tool_search is not None else [])]
+        reserved += [r.name for r in self._recall_tools]
         self._mcp = MCPTools(mcp, reserved=reserved) if mcp else None
 
     # -- the public calls -------------------------------------------------------------------
@@ -346,7 +374,7 @@ class AsyncSessionChat:
                 elif self.at_most_once and not await self._claim(session_id, ids, step):
                     results = [ToolRun(c, _unknown_outcome(c)) for c in calls]
                 else:
-                    results = await self._run_calls(session_id, calls)
+                    results = await self._run_calls(session_id, calls, stored)
                 for run in results:
                     runs.append(run)
                     yield run
@@ -536,10 +564,13 @@ class AsyncSessionChat:
         return replace(message, tool_results=results)
 
     async def _offered(self, session_id: str) -> list[ToolReference] | None:
-        """The tool definitions to send: every tool, or the search tool and what it found."""
+        """The tool definitions to send: every tool, or the search tool and what it found;
+        then the recall tools."""
         if self.tool_search is not None:  # prepared once per turn, in _turn
-            return await self.tool_search.offered_tools(session_id)
-        return (await self._tool_references()) or None
+            offered = await self.tool_search.offered_tools(session_id)
+        else:
+            offered = await self._tool_references()
+        return [*offered, *self._recall_tools] or None
 
     async def _tool_references(self) -> list[ToolReference]:
         """The runner's tools, then the MCP servers' (listed again after a change)."""
@@ -547,21 +578,51 @@ class AsyncSessionChat:
             return self._references
         return [*self._references, *await self._mcp.references()]
 
-    async def _run_calls(self, session_id: str, calls: Sequence[ToolCall]) -> list[ToolRun]:
-        """Run the calls of one assistant message (at once, on the asyncio runner)."""
+    async def _run_calls(
+        self, session_id: str, calls: Sequence[ToolCall], turn: Sequence[SessionEvent]
+    ) -> list[ToolRun]:
+        """Run the calls of one assistant message (at once, on the asyncio runner); `turn` is
+        what the turn in progress has stored."""
         if True:  # ASYNC
-            results = await asyncio.gather(*(self._run_call(session_id, c) for c in calls))
+            results = await asyncio.gather(*(self._run_call(session_id, c, turn) for c in calls))
         else:
-            results = [self._run_call(session_id, c) for c in calls]
+            results = [self._run_call(session_id, c, turn) for c in calls]
         return [ToolRun(c, r) for c, r in zip(calls, results, strict=True)]
 
-    async def _run_call(self, session_id: str, call: ToolCall) -> ToolResult:
+    async def _run_call(
+        self, session_id: str, call: ToolCall, turn: Sequence[SessionEvent]
+    ) -> ToolResult:
         if self.tool_search is not None and call.name == SEARCH_TOOL_NAME:
             answer = await self.tool_search.answer_call(session_id, call.arguments)
             return ToolResult(call.id, call.name, answer)
+        if self._recall_tools and call.name in RECALL_TOOLS:
+            return await self._recall(session_id, call, {e.id for e in turn})
         if self._mcp is not None and call.name not in self.tools:
             return await self._mcp.call(call, self.tool_timeout, others=self.tools)
         return await run_tool_async(self.tools, call, self.tool_timeout)
+
+    async def _recall(self, session_id: str, call: ToolCall, turn: set[str]) -> ToolResult:
+        """Answer a recall tool's call from the session's log; arguments the model got wrong
+        give an error result saying what to correct (see `turnlog.recall_tools`). A search
+        leaves out the events of the turn in progress (`turn`: the question, the model's own
+        search calls), which the model has in view."""
+        store = self.service.store
+        try:
+            if call.name == SEARCH_HISTORY:
+                query = search_arguments(call.arguments, skipped=len(turn))
+                hits = await store.search_history(session_id, query)
+                kept = [h for h in hits if h.event_id not in turn][:RECALL_HITS]
+                return ToolResult(call.id, call.name, hits_result(kept))
+            ids = read_arguments(call.arguments)
+            found = await store.events_by_id(session_id, ids)
+        except InvalidInput as exc:
+            return recall_error(call.id, call.name, str(exc))
+        users: list[int] = []
+        if found:  # each event's turn: the user messages up to it
+            opened = EventFilter(roles=["user"], exclude_synthetic=True)
+            users = [e.seq or 0 for e in await self.service.events(session_id, opened)]
+        counter = self.service._counter or default_counter()
+        return ToolResult(call.id, call.name, events_result(ids, found, users, counter))
 
     async def _compact(
         self, session: Session, seen: tuple[int, Sequence[SessionEvent]] | None
