@@ -643,8 +643,23 @@ class RedisStore(RedisCore):
 
     @guarded
     def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
-        wanted = set(check_event_ids(ids))
-        return [e for e in self.events(session_id) if e.id in wanted]
+        wanted = check_event_ids(ids)
+        key = self._keys.session(session_id)[0]
+        for _ in range(ATTEMPTS):
+            inc, *refs = self._client.hmget(key, ["inc", *("#" + i for i in wanted)])
+            if inc is None:
+                raise SessionNotFound(session_id)
+            seqs = sorted(int(ref[1:]) for ref in refs if ref is not None)
+            if not seqs:
+                return []
+            again, *records = self._client.hmget(key, ["inc", *map(str, seqs)])
+            if again == inc:  # records never change within one incarnation
+                return [
+                    decode_record(session_id, seq, record)
+                    for seq, record in zip(seqs, records, strict=True)
+                    if record is not None
+                ]
+        raise StoreError(f"session {session_id!r} kept changing while it was being read; retry")
 
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         index = self._history_index()
