@@ -2,8 +2,13 @@
 out of its view, through tool results it asked for, over a real SQLite file, on both runners."""
 
 import json
+import random
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chat_harness import KINDS, Harness
 from prompt_rules import breaks
@@ -14,11 +19,12 @@ from turnlog import (
     SessionService,
     SqliteStore,
     ToolCall,
+    ToolOutputCompactionStrategy,
     TurnCountTrigger,
     WindowCompactionStrategy,
 )
 from turnlog.chat import SessionChat
-from turnlog.errors import InvalidInput
+from turnlog.errors import InvalidInput, ToolRoundsExceeded
 from turnlog.recall_tools import MAX_READ_IDS, events_result, read_arguments, search_arguments
 from turnlog.testing.fakes import ScriptedChatModel
 
@@ -266,3 +272,203 @@ def test_the_argument_readers_refuse_what_the_model_got_wrong():
         "not_found": ["x"],
         "message": "ids under not_found are not events of this conversation's history",
     }
+
+
+# -- item 7: a property test through the runner --------------------------------------------------
+
+WORDS = ["key", "flowerpot", "invoice", "paris", "dentist", "lookup", "value", "blue", "42"]
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key} " * (len(key) % 5 + 1)
+
+
+class RecallDirector:
+    """The scripted model's brain: each turn's plan is a list of rounds of calls (a search by
+    some words, a read of ids picked from the log, of another session or of none, a lookup),
+    then a reply."""
+
+    def __init__(self, service, rng):
+        self.service, self.rng = service, rng
+        self.plan, self.step, self.calls = [], 0, 0
+
+    def start(self, plan):
+        """A new turn: its plan, and the ids its reads pick from (the log's so far, some of
+        another session's, one of none), read here: the asyncio runner calls the model on
+        the service's own loop."""
+        self.plan, self.step = plan, 0
+        log = [e.id for e in self.service.events("s")] if self.service.find("s") else []
+        other = [e.id for e in self.service.events("other")][:3]
+        self.pool = [*log, *other, "no-such-event"]
+
+    def _arguments(self, kind, seed):
+        rng = random.Random(seed)
+        if kind == "search":
+            args = {"query": " ".join(rng.sample(WORDS, rng.randint(1, 3)))}
+            if rng.random() < 0.2:
+                args["after"] = "2000-01-01"
+            return args
+        if kind == "lookup":
+            return {"key": rng.choice(WORDS)}
+        pool = self.pool
+        return {"ids": rng.sample(pool, min(len(pool), rng.randint(1, 6)))}
+
+    def __call__(self, messages):
+        step, self.step = self.step, self.step + 1
+        if step < len(self.plan) - 1:
+            self.calls += 1
+            made = []
+            for i, (kind, seed) in enumerate(self.plan[step]):
+                name = {"search": "search_history", "read": "read_events"}.get(kind, kind)
+                made.append(
+                    ToolCall(f"c{self.calls}-{i}", name, json.dumps(self._arguments(kind, seed)))
+                )
+            return Message.assistant(None, made)
+        return Message.assistant(self.plan[-1])
+
+
+def check_read(result, service, asked):
+    """A read_events result against the log, the oracle: each event shown is the log's."""
+    log = service.events("s")
+    by_id = {e.id: e for e in log}
+    users = [e.seq for e in log if e.role == "user" and not e.synthetic]
+    read = json.loads(result.content)
+    shown = [e["id"] for e in read["events"]]
+    assert set(read.get("not_found", [])) == {i for i in asked if i not in by_id}
+    assert set(shown) | set(read.get("not_shown", [])) == {
+        i for i in asked if i in by_id and by_id[i].message is not None
+    }
+    assert shown == sorted(shown, key=lambda i: by_id[i].seq)  # log order
+    for got in read["events"]:
+        event = by_id[got["id"]]
+        message = event.message
+        assert got["seq"] == event.seq and got["role"] == message.role
+        assert got["turn"] == sum(1 for s in users if s <= event.seq)
+        assert got["said_at"] == event.timestamp.isoformat().replace("+00:00", "Z")
+        assert got.get("synthetic", False) == event.synthetic
+        if got.get("truncated"):
+            continue
+        assert got.get("text") == message.text
+        assert got.get("tool_calls", []) == [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+        assert got.get("tool_results", []) == [
+            {"call_id": r.call_id, "name": r.name, "content": r.content}
+            | ({"is_error": True} if r.is_error else {})
+            for r in message.tool_results
+        ]
+    return len(shown)
+
+
+def run_recall_conversation(chat_for, service, model, director, turns, between):
+    """Play the turns, with a compaction or a clearing of the view between some; check every
+    request and every read_events result."""
+    reads = 0
+    service.get_or_create("other")
+    service.append_message("other", Message.user("the other session's secret flowerpot"))
+    for i, (plan, operation) in enumerate(zip(turns, between, strict=True)):
+        director.start([*plan["rounds"], plan["reply"]])
+        try:
+            turn = chat_for().send("s", f"question {i}: {' '.join(plan['words'])}")
+        except ToolRoundsExceeded:
+            turn = None
+        if turn is not None:
+            for run in turn.tool_runs:
+                if run.call.name == "read_events":
+                    if not run.result.is_error:
+                        asked = json.loads(run.call.arguments)["ids"]
+                        reads += check_read(run.result, service, asked)
+                elif run.call.name == "search_history":
+                    assert not run.result.is_error, run.result.content
+        operation(service)
+    for sent in model.calls:
+        assert breaks(sent) == [], (breaks(sent), sent)
+    return reads
+
+
+recall_call = st.tuples(st.sampled_from(["search", "read", "read", "lookup"]), st.integers(0, 999))
+recall_turn = st.fixed_dictionaries(
+    {
+        "rounds": st.lists(st.lists(recall_call, min_size=1, max_size=3), max_size=3),
+        "reply": st.sampled_from(["ok", "the key is blue", "invoice 42 paid"]),
+        "words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    }
+)
+
+
+def operations(rng):
+    """What happens between two turns: nothing, a compaction by a window, a clearing of old
+    tool outputs (then a window), or a clearing of the whole view."""
+    windows = [CompactionWindow.last_turns(1), CompactionWindow.last_events(4)]
+
+    def window(service):
+        strategy = WindowCompactionStrategy(rng.choice(windows))
+        service.compact("s", TurnCountTrigger(1), strategy)
+
+    def clearing(service):
+        then = WindowCompactionStrategy(CompactionWindow.last_turns(2))
+        strategy = ToolOutputCompactionStrategy(keep_last=1, min_tokens=1, then=then)
+        service.compact("s", TurnCountTrigger(1), strategy)
+
+    def clear(service):
+        service.clear_view("s")
+
+    return [lambda service: None, window, clearing, clear]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    turns=st.lists(recall_turn, min_size=1, max_size=8),
+    seed=st.integers(0, 2**16),
+    max_rounds=st.integers(1, 4),
+)
+def test_recall_keeps_the_rules_and_reads_back_the_log(turns, seed, max_rounds):
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as folder:
+        service = SessionService(SqliteStore(Path(folder) / "recall.db"))
+        try:
+            director = RecallDirector(service, rng)
+            model = ScriptedChatModel([director])
+            choices = operations(rng)
+            between = [rng.choice(choices) for _ in turns]
+
+            def chat_for():
+                return SessionChat(
+                    service, model, tools=[lookup], recall=True, max_tool_rounds=max_rounds
+                )
+
+            run_recall_conversation(chat_for, service, model, director, turns, between)
+        finally:
+            service.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_async_runner_reads_back_the_log_too(tmp_path, seed):
+    rng = random.Random(seed)
+    h = Harness("async", tmp_path)
+    try:
+        director = RecallDirector(h.service, rng)
+        model = h.model([director])
+        turns = [
+            {
+                "rounds": [[("search", rng.randint(0, 999)), ("read", rng.randint(0, 999))]]
+                * rng.randint(1, 2),
+                "reply": f"reply {i}",
+                "words": rng.sample(WORDS, 2),
+            }
+            for i in range(8)
+        ]
+        choices = operations(rng)
+        between = [choices[i % len(choices)] for i in range(len(turns))]
+
+        def chat_for():
+            return h.make(model, tools=[lookup], recall=True, max_tool_rounds=4)
+
+        assert run_recall_conversation(chat_for, h.service, model, director, turns, between) > 5
+    finally:
+        h.close()
