@@ -3,6 +3,7 @@ out of its view, through tool results it asked for, over a real SQLite file, on 
 
 import json
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from turnlog.errors import InvalidInput, ToolRoundsExceeded
 from turnlog.recall_tools import MAX_READ_IDS, events_result, read_arguments, search_arguments
 from turnlog.testing.fakes import ScriptedChatModel
 
+ROOT = Path(__file__).parent.parent
 FACT = "The spare key is hidden under the blue flowerpot by the shed."
 
 
@@ -472,3 +474,35 @@ def test_the_async_runner_reads_back_the_log_too(tmp_path, seed):
         assert run_recall_conversation(chat_for, h.service, model, director, turns, between) > 5
     finally:
         h.close()
+
+
+def test_the_docs_example_recalls_a_hotel_compacted_out_of_the_view(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = re.findall(r"```python\n(.*?)```", (ROOT / "docs/chat.md").read_text("utf-8"), re.S)
+    [example] = [block for block in code if "recall=True" in block]
+    with SessionService(SqliteStore(tmp_path / "recall.db")) as service:
+        chat = SessionChat(service, ScriptedChatModel(["Noted."]))
+        chat.send("alice", "I booked the Hotel Avenida in Lisbon for April.")
+        for i in range(25):
+            chat.send("alice", f"unrelated question {i}")
+        strategy = WindowCompactionStrategy(CompactionWindow.last_turns(10))
+        service.compact("alice", TurnCountTrigger(20), strategy)
+        assert "Avenida" not in json.dumps([m.text for m in service.view_messages("alice")])
+
+    def answer(messages):
+        last = messages[-1]
+        if last.role == "user":
+            return calls(("search_history", {"query": "hotel Lisbon booked"}))
+        found = json.loads(last.tool_results[0].content)
+        if last.tool_results[0].name == "search_history":
+            return calls(("read_events", {"ids": [found["hits"][0]["event_id"]]}))
+        return Message.assistant(found["events"][0]["text"])
+
+    model = ScriptedChatModel([answer])
+    namespace = {"model": model}
+    exec(example, namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in printed] == ["search_history", "read_events"]
+    assert namespace["turn"].text == "I booked the Hotel Avenida in Lisbon for April."
+    assert all(breaks(sent) == [] for sent in model.calls)
+    namespace["service"].close()
