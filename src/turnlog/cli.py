@@ -56,6 +56,13 @@ from turnlog.cli_render import (
     visible,
     when,
 )
+from turnlog.cli_search import (
+    SEARCH_DETAILS,
+    SEARCH_EXAMPLE,
+    SEARCH_SUMMARY,
+    add_search_arguments,
+    cmd_search,
+)
 from turnlog.cli_serve import (
     SERVE_DETAILS,
     SERVE_EXAMPLE,
@@ -427,6 +434,7 @@ _COMMANDS: list[tuple[str, Handler, str, str]] = [
      "turnlog sessions\n  turnlog sessions --tokens --format json"),
     ("show", _cmd_show, "print a session's view (default) or its whole log",
      "turnlog show demo-summary\n  turnlog show demo-summary --log --format json"),
+    ("search", cmd_search, SEARCH_SUMMARY, SEARCH_EXAMPLE),
     ("export", cmd_export, EXPORT_SUMMARY, EXPORT_EXAMPLE),
     ("compact", _cmd_compact, "compact a session with a window, optionally only if a trigger fires",
      "turnlog compact support-42 --last-turns 10 --if-tokens 8000"),
@@ -462,6 +470,7 @@ _DETAILS = {
     "show": "--view (the default) lists what the model is sent. --log lists every event: "
     "covered ones left the view but stay in the log; BOUNDARY lines are compactions. --tokens "
     "adds the view's token count.",
+    "search": SEARCH_DETAILS,
     "chat": CHAT_DETAILS,
     "serve": SERVE_DETAILS,
     "export": EXPORT_DETAILS,
@@ -564,6 +573,7 @@ def _parser() -> argparse.ArgumentParser:
     add_chat_arguments(commands["chat"])
     add_serve_arguments(commands["serve"])
     add_export_arguments(commands["export"])
+    add_search_arguments(commands["search"])
     compact = commands["compact"]
     window = compact.add_mutually_exclusive_group(required=True)
     window.add_argument("--last-events", type=int, metavar="N", help="keep the last N events")
