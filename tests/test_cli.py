@@ -20,7 +20,7 @@ from turnlog.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
-    "demo", "import", "sessions", "show", "export", "compact", "chat", "serve", "delete", "expire",
+    "demo", "import", "sessions", "show", "search", "export", "compact", "chat", "serve", "delete", "expire",
     "migrate",
 ]  # fmt: skip
 DEMO_SESSIONS = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary"]
