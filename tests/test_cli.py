@@ -20,8 +20,8 @@ from turnlog.testing import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
-    "demo", "import", "sessions", "show", "search", "export", "compact", "chat", "serve", "delete", "expire",
-    "migrate",
+    "demo", "import", "sessions", "show", "search", "export", "compact", "chat", "serve", "delete",
+    "expire", "migrate",
 ]  # fmt: skip
 DEMO_SESSIONS = ["demo-last-events", "demo-last-turns", "demo-token-budget", "demo-summary"]
 ALL_DEMO_SESSIONS = [*DEMO_SESSIONS, "demo-files"]  # the four copies, and the follow-up
