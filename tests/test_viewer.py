@@ -81,6 +81,22 @@ def test_search_filters_on_id_and_metadata(client: TestClient) -> None:
     assert "No sessions" in client.get("/", params={"q": "nothing-like-this"}).text
 
 
+def test_message_search_finds_covered_events_and_escapes_them(client: TestClient) -> None:
+    found = client.get("/api/search", params={"q": "payment pool"}).json()
+    assert found["hits"] and found["query"] == "payment pool"
+    sessions = {h["session_id"] for h in found["hits"]}
+    assert "demo-files" in sessions
+    one = client.get("/api/search", params={"q": "payment pool", "session": "demo-summary"})
+    assert {h["session_id"] for h in one.json()["hits"]} <= {"demo-summary"}
+    html = client.get("/search", params={"q": "hello script"}).text
+    assert SCRIPT not in html and "&lt;script&gt;" in html
+    hit = client.get("/api/search", params={"q": "hello"}).json()["hits"]
+    assert any(h["session_id"] == HOSTILE_ID and h["seq"] == 2 for h in hit)
+    assert "Type words" in client.get("/search").text
+    assert "No message matches" in client.get("/search", params={"q": "zeppelinxq"}).text
+    assert 'action="/search"' in client.get("/").text
+
+
 def test_timeline_shows_boundaries_folds_covered_events_and_pairs_tools(
     client: TestClient, db: Path
 ) -> None:

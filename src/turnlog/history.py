@@ -7,9 +7,9 @@ every session (covered and cleared ones included), kept in step with the log:
 
 - which text an event is found by: `indexed_text` (its text and text parts, the names and
   arguments of its tool calls, the names and content of its tool results). Summaries and
-  stand-ins (synthetic events) are left out, and so are the results of the recall tools
-  themselves (`RECALL_TOOLS`), so that what the model read back is never found again as if
-  it had been said twice;
+  stand-ins (synthetic events) are left out, and so are the calls and results of the recall
+  tools themselves (`RECALL_TOOLS`), so that what the model searched for and read back is
+  never found again as if it had been said;
 - when it was said: `said_at`, the ISO 8601 date the application stored under `SAID_AT` in the
   message's metadata (an imported conversation's own dates), else the event's timestamp;
 - what a query may hold: `HistoryQuery`, built by `history_query`, which checks it (a blank
@@ -201,9 +201,9 @@ def fts5_expression(terms: Iterable[str]) -> str:
 
 def indexed_text(event: SessionEvent) -> str | None:
     """The text the history index holds for `event`, or None when it is not indexed: an event
-    that is not a message, a synthetic one (a summary, a stand-in), or one with no text. A
-    recall tool's call arguments are indexed (the question the model asked), its results are
-    not."""
+    that is not a message, a synthetic one (a summary, a stand-in), or one with no text. The
+    recall tools' calls and results are left out: what the model searched for and read back
+    is not something said in the conversation."""
     message = event.message
     if message is None or event.synthetic:
         return None
@@ -211,6 +211,8 @@ def indexed_text(event: SessionEvent) -> str | None:
     if message.text:
         pieces.append(message.text)
     for call in message.tool_calls:
+        if call.name in RECALL_TOOLS:  # the model's own searches would come back as hits
+            continue
         pieces.append(call.name)
         if call.arguments not in ("", "{}"):
             pieces.append(call.arguments)

@@ -149,8 +149,9 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         (text/plain); the inline bytes of a part at `/sessions/{id}/events/{seq}/parts/{i}` and
         of a tool result's part at `.../events/{seq}/results/{r}/parts/{i}` (with the part's
         media type; as an attachment unless a raster image, `data.INLINE_IMAGE_TYPES`); JSON
-        at `/api/sessions`, `/api/sessions/{id}/log`, `/api/sessions/{id}/view`,
-        `/api/sessions/{id}/diff`.
+        at `/api/sessions`, `/api/search?q=WORDS[&session=ID]`, `/api/sessions/{id}/log`,
+        `/api/sessions/{id}/view`, `/api/sessions/{id}/diff`. `/search?q=WORDS` finds the
+        messages that said them, in every session (the store's history index).
 
     Raises:
         InvalidInput: a token shorter than 16 characters or with other characters, or a bad
@@ -218,6 +219,10 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         return data.sessions_page(
             svc, query=request.query_params.get("q", ""), offset=offset, limit=limit
         )
+
+    def search(request: Request) -> dict[str, Any]:
+        params = request.query_params
+        return data.history_page(svc, query=params.get("q", ""), session=params.get("session", ""))
 
     def log(request: Request) -> dict[str, Any]:
         seq = _int(request, "seq", None, low=1)  # the page that starts at this event
@@ -297,6 +302,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
     sid = "{session_id:path}"
     routes = [
         Route("/", endpoint("sessions.html", sessions)),
+        Route("/search", endpoint("search.html", search)),
         Route(f"/sessions/{sid}/view", endpoint("view.html", view)),
         Route(f"/sessions/{sid}/diff", endpoint("diff.html", diff)),
         Route(f"/sessions/{sid}/events/{{seq:int}}/text", full_text),
@@ -307,6 +313,7 @@ def create_app(service_or_store_url: SessionService | str, token: str | None = N
         ),
         Route(f"/sessions/{sid}", endpoint("session.html", log)),
         Route("/api/sessions", endpoint(None, sessions)),
+        Route("/api/search", endpoint(None, search)),
         Route(f"/api/sessions/{sid}/log", endpoint(None, log)),
         Route(f"/api/sessions/{sid}/view", endpoint(None, view)),
         Route(f"/api/sessions/{sid}/diff", endpoint(None, diff)),

@@ -244,6 +244,36 @@ def sessions_page(
     }
 
 
+SEARCH_HITS = 20
+"""How many hits the viewer's message search shows."""
+
+
+def history_page(svc: SessionService, *, query: str = "", session: str = "") -> dict[str, Any]:
+    """The events whose words match `query` (the store's history index: `service.search`),
+    of every session or of `session`, best first; none for a blank query.
+
+    Returns:
+        {"hits": [...], "query", "session"}.
+    """
+    query, session = query.strip(), session.strip()
+    hits = []
+    if query:
+        found = svc.search(query, sessions=[session] if session else None, k=SEARCH_HITS)
+        hits = [
+            {
+                "session_id": h.session_id,
+                "event_id": h.event_id,
+                "seq": h.seq,
+                "said_at": h.said_at.isoformat(),
+                "role": h.role,
+                "score": round(h.score, 6),
+                "snippet": h.snippet,
+            }
+            for h in found
+        ]
+    return {"hits": hits, "query": query, "session": session}
+
+
 @dataclass(frozen=True)
 class Boundary:
     """A boundary of the log, where it sits, and what it says."""
