@@ -39,6 +39,7 @@ from turnlog.events import (
     trusted_copy,
 )
 from turnlog.history import HistoryHit, history_query
+from turnlog.history_hybrid import HybridHistory
 from turnlog.lazy import LazyEvents
 from turnlog.reasoning import DEFAULT_REASONING
 from turnlog.rules import repair_messages
@@ -75,6 +76,8 @@ class SessionService:
             count). A counter without an `identity` is not recorded.
         record_tokens: False appends events without counting them (they are counted when
             first measured, as before counts were stored).
+        history: how `search_history` ranks (`turnlog.history_hybrid.HybridHistory`: BM25 and
+            embeddings fused); None ranks by the store's index alone (BM25).
 
     Raises:
         InvalidInput: `token_counter` has no `count(text)` method.
@@ -87,6 +90,7 @@ class SessionService:
         clock: Clock = utc_now,
         token_counter: TokenCounter | None = None,
         record_tokens: bool = True,
+        history: HybridHistory | None = None,
     ) -> None:
         if token_counter is not None and not callable(getattr(token_counter, "count", None)):
             raise InvalidInput(
@@ -101,6 +105,7 @@ class SessionService:
         self._counter = token_counter
         self._record_tokens = bool(record_tokens)
         self._tokens: EventTokens | None = None
+        self.history = history
 
     def _token_cache(self) -> EventTokens:
         """The counts of the service's counter (made on first use: a service that appends
@@ -410,7 +415,9 @@ class SessionService:
         message's "said_at" metadata, else when it was stored), exclusive; `roles` and `tools`
         keep only messages of those roles, or calling or answering those tools.
 
-        Each store keeps the index in step with the log: SQLite (FTS5) and PostgreSQL
+        With `history=HybridHistory()` on the service, BM25 and embeddings are fused, so that
+        an event said in other words is found too. Each store keeps the index in step with the
+        log: SQLite (FTS5) and PostgreSQL
         (`tsvector`) in the append's own transaction; the memory and Redis stores in the
         process, built from the log on a session's first search (docs/recall.md).
 
@@ -420,7 +427,10 @@ class SessionService:
                 timezone, an unknown role.
         """
         checked = history_query(query, k=k, before=before, after=after, roles=roles, tools=tools)
-        return self.store.search_history(check_id(session_id, "session id"), checked)
+        session_id = check_id(session_id, "session id")
+        if self.history is not None:
+            return self.history.search(self, session_id, checked)
+        return self.store.search_history(session_id, checked)
 
     def search(
         self,
