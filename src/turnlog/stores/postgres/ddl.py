@@ -22,6 +22,9 @@ Everything lives in one PostgreSQL schema (`turnlog` by default), so several ind
   with `refs`, the number of sessions holding each; `session_attachments`: which sessions hold
   which (one row per session and reference). See `_V2_TABLES`. Since version 3 the bytes are in
   `attachment_chunks`, rows of 8,120 bytes, one to a heap page (see `_V3_TABLES`).
+- `history` (version 4): the history index, one row per indexed message event with its
+  `tsvector`, partitioned like `events`; `history_settings` holds its text-search
+  configuration. See `ddl_history`.
 
 Server-side functions do each write in one round trip (`append_one`, `append_events`,
 `append_attached`, `put_session`, `delete_session`, `delete_expired`; `append_check` explains a
@@ -41,6 +44,7 @@ from typing import Final
 from psycopg import sql
 
 from turnlog.errors import InvalidInput, StoreError
+from turnlog.stores.postgres.ddl_history import migration_4
 
 __all__ = [
     "CHUNK_BYTES",
@@ -49,12 +53,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "check_partitions",
     "check_schema_name",
+    "check_text_search",
     "check_version",
     "compose",
     "lock_class",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The newest schema version this turnlog knows."""
 
 MAX_INDEXED_BYTES: Final = 1024
@@ -83,6 +88,20 @@ def check_partitions(partitions: object) -> int | None:
     if partitions > 1024:
         raise InvalidInput(f"partitions must be at most 1024, got {partitions}")
     return partitions
+
+
+def check_text_search(config: object) -> str | None:
+    """Return `config` (a text-search configuration's name) if it is None or a plain SQL
+    identifier, else raise `InvalidInput`; whether the server has it is checked when the
+    history is made (`schema.ensure_schema`)."""
+    if config is None:
+        return None
+    if not isinstance(config, str) or not _IDENTIFIER.fullmatch(config):
+        raise InvalidInput(
+            f"invalid text-search configuration {config!r}: give the name of one the server "
+            "has (SELECT cfgname FROM pg_ts_config), such as 'simple' or 'english'"
+        )
+    return config
 
 
 # -- migration 1 ----------------------------------------------------------------------------
@@ -373,7 +392,7 @@ def _split(script: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
-def _migration_1(schema: str, partitions: int | None) -> list[str]:
+def _migration_1(schema: str, partitions: int | None, config: str) -> list[str]:
     statements = _split(_V1_TABLES)
     if partitions is None:
         statements += [_V1_EVENTS, _V1_EVENT_IDS_PLAIN]
@@ -560,7 +579,7 @@ $fn$;
 """
 
 
-def _migration_2(schema: str, partitions: int | None) -> list[str]:
+def _migration_2(schema: str, partitions: int | None, config: str) -> list[str]:
     """The attachment tables and functions; the same in both layouts (see `_V2_TABLES`)."""
     statements = _split(_V2_TABLES)
     lock = str(lock_class(schema))
@@ -694,13 +713,29 @@ $fn$;
 """
 
 
-def _migration_3(schema: str, partitions: int | None) -> list[str]:
+def _migration_3(schema: str, partitions: int | None, config: str) -> list[str]:
     """Attachment bytes in chunk rows (see `_V3_TABLES`); the same in both layouts."""
     lock = str(lock_class(schema))
     return _split(_V3_TABLES) + _split(_V3_APPEND.replace("@LOCK@", lock)) + _split(_V3_UNLINK)
 
 
-MIGRATIONS: Final = {1: _migration_1, 2: _migration_2, 3: _migration_3}
+def _migration_4(schema: str, partitions: int | None, config: str) -> list[str]:
+    """The history index (see `ddl_history`); `partitions` is the events table's."""
+    statements: list[str] = []
+    for script in migration_4(
+        partitions,
+        config,
+        lock=lock_class(schema),
+        tail=lock_class(schema, "tail"),
+        chunk=CHUNK_BYTES,
+    ):
+        statements += _split(script)
+    return statements
+
+
+MIGRATIONS: Final = {1: _migration_1, 2: _migration_2, 3: _migration_3, 4: _migration_4}
+"""Each version's statements, by (schema, the events' partitions, the history's text-search
+configuration); `schema.ensure_schema` fills the history after those of 4."""
 
 
 def compose(statement: str, schema: str) -> sql.Composed:

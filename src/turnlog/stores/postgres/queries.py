@@ -6,6 +6,7 @@ thing put into the SQL text, quoted by `psycopg.sql.Identifier`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,26 +33,52 @@ _EVENT_COLUMNS: Final = 'e.seq, e.id, e.type, e."timestamp", e.synthetic, e.body
 # first statement deletes the session row), then removes the appended event with the rest.
 # FOR KEY SHARE does not conflict with the updates of the row (TTL, metadata, boundary).
 _DIRECT_ONE: Final = (
-    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "WITH e AS (INSERT INTO {s}.events "
+    '(session_id, seq, id, type, "timestamp", role, synthetic, body) '
     "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
     "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
     "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
     "AND (%(v)s::bigint = 0 OR EXISTS (SELECT 1 FROM {s}.events e "
     "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint)) "
-    "RETURNING seq"
+    "RETURNING seq)"
+    "@HISTORY@"
 )
 
 # The same, fenced for an append at a tail this handle remembers: the event at seq v must
 # still be the one this handle wrote last (a version alone cannot tell a session deleted and
 # created again). No row back, or a unique violation, means the memory is stale.
 _FENCED_ONE: Final = (
-    'INSERT INTO {s}.events (session_id, seq, id, type, "timestamp", role, synthetic, body) '
+    "WITH e AS (INSERT INTO {s}.events "
+    '(session_id, seq, id, type, "timestamp", role, synthetic, body) '
     "SELECT %(sid)s::text, %(v)s::bigint + 1, %(id)s::text, %(type)s::text, %(ts)s::bigint, "
     "%(role)s::text, %(syn)s::boolean, %(body)s::bytea "
     "WHERE EXISTS (SELECT 1 FROM {s}.sessions s WHERE s.id = %(sid)s::text FOR KEY SHARE) "
     "AND EXISTS (SELECT 1 FROM {s}.events e "
     "WHERE e.session_id = %(sid)s::text AND e.seq = %(v)s::bigint AND e.id = %(last)s::text) "
-    "RETURNING seq"
+    "RETURNING seq)"
+    "@HISTORY@"
+)
+
+# ... and, in the same statement, the event's history row (when it is indexed).
+_HISTORY_ONE: Final = (
+    ", h AS (INSERT INTO {s}.history "
+    '(session_id, seq, role, said_at, "timestamp", tools, tsv) '
+    "SELECT %(sid)s::text, e.seq, %(role)s::text, %(said)s::bigint, %(ts)s::bigint, "
+    "string_to_array(%(tools)s::text, E'\\x1f'), to_tsvector(@CFG@, %(text)s::text) "
+    "FROM e WHERE %(text)s::text IS NOT NULL) "
+    "SELECT seq FROM e"
+)
+
+# A search of the history: the rows matching the query's terms (`history_tsquery`, evaluated
+# once, as an InitPlan) among those passing the filters, ranked by ts_rank_cd (length
+# normalized: 1 + log of the words), best first, then in log order; the best k joined to their
+# events (for the snippet and id), by the events' primary key.
+_QUERY: Final = "(SELECT {s}.history_tsquery(%(terms)s::text[]))"
+_FILTERS: Final = (
+    "AND (%(before)s::bigint IS NULL OR h.said_at < %(before)s::bigint) "
+    "AND (%(after)s::bigint IS NULL OR h.said_at > %(after)s::bigint) "
+    "AND (%(roles)s::text[] IS NULL OR h.role = ANY(%(roles)s::text[])) "
+    "AND (%(tools)s::text[] IS NULL OR h.tools && %(tools)s::text[]) "
 )
 
 
@@ -83,19 +110,46 @@ class Queries:
     stored_ids: str
     held_attachments: str
     read_attachment: str
+    search_history: str
+    """The best k history rows of one session for a query, with their events."""
+    search_sessions: str
+    """The same across the sessions named (all when NULL), whose metadata matches."""
+    events_by_id: str
+    """Whether the session exists, and its events of some ids (any type), by the id index."""
+    history: bool
+    """Whether the appends write the history index (and take its columns)."""
     direct_one: str | None
     """The one-statement version-checked append of one event; None on a partitioned schema."""
     fenced_one: str | None
     """The same, fenced by the newest event id a handle remembers; None when partitioned."""
 
     @classmethod
-    def render(cls, schema: str, conn: AdaptContext, *, partitioned: bool) -> Queries:
+    def render(
+        cls,
+        schema: str,
+        conn: AdaptContext,
+        *,
+        partitioned: bool,
+        config: str,
+        history: bool = True,
+    ) -> Queries:
         """The statements for `schema`, quoted for `conn` (a connection of the store).
 
         `partitioned`: the events table is hash-partitioned (no one-statement appends then).
+        `config`: the text-search configuration of the schema's history (a checked name).
+        `history`: the schema has the history (False: a test's schema older than version 4;
+        the appends then take no history columns, and nothing can be searched).
         """
 
         def q(text: str) -> str:
+            if not history:
+                text = re.sub(r", %s::text\[\], %s::bigint\[\], %s::text\[\]\)$", ")", text)
+                text = text.replace(", %s::text, %s::bigint, %s::text)", ")")
+                text = text.replace(
+                    ", %s::text[], %s::bigint[], %s::text[], %s::text[], %b", ", %s::text[], %b"
+                )
+            text = text.replace("@HISTORY@", _HISTORY_ONE if history else " SELECT seq FROM e")
+            text = text.replace("@CFG@", f"'{config}'::regconfig")
             composed = sql.SQL(text).format(s=sql.Identifier(schema))
             return composed.as_string(conn)
 
@@ -108,16 +162,18 @@ class Queries:
         return cls(
             append=q(
                 "SELECT {s}.append_events(%s, %s, %s::text[], %s::text[], %s::bigint[], "
-                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[])"
+                "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[], "
+                "%s::text[], %s::bigint[], %s::text[])"
             ),
             append_attached=q(
                 "SELECT {s}.append_attached(%s, %s, %s::text[], %s::text[], %s::bigint[], "
                 "%s::text[], %s::boolean[], %s::bytea[], %s::text[], %s, %s::text[], "
+                "%s::text[], %s::bigint[], %s::text[], "
                 "%s::text[], %b::bytea[], %s::text[], %s::bigint[])"
             ),
             append_one=q(
                 "SELECT {s}.append_one(%s, %s, %s::text, %s::text, %s::bigint, %s::text, "
-                "%s::boolean, %s::bytea)"
+                "%s::boolean, %s::bytea, %s::text, %s::bigint, %s::text)"
             ),
             check=q("SELECT * FROM {s}.append_check(%s, %s, %s::text[], %s::text[])"),
             put_session=q("SELECT {s}.put_session(%s, %s, %s, %s::jsonb, %s)"),
@@ -229,8 +285,40 @@ class Queries:
                 "WHERE e.seq < s.boundary_seq) e ON true "
                 "WHERE s.id = %(sid)s ORDER BY e.seq"
             ),
+            # Whether the session exists, then its hits (NULLs for none).
+            search_history=q(
+                "SELECT h.* FROM {s}.sessions s LEFT JOIN LATERAL ("
+                'SELECT h.seq, h.role, h.said_at, h.rank, e.id, e.type, e."timestamp", '
+                "e.synthetic, e.body FROM (SELECT h.seq, h.role, h.said_at, "
+                f"ts_rank_cd(h.tsv, {_QUERY}, 1) AS rank FROM {{s}}.history h "
+                f"WHERE h.session_id = %(sid)s::text AND h.tsv @@ {_QUERY} {_FILTERS}"
+                "ORDER BY rank DESC, h.seq LIMIT %(k)s) h "
+                "JOIN {s}.events e ON e.session_id = %(sid)s::text AND e.seq = h.seq) h ON true "
+                "WHERE s.id = %(sid)s::text ORDER BY h.rank DESC, h.seq"
+            ),
+            search_sessions=q(
+                "SELECT h.session_id, h.seq, h.role, h.said_at, h.rank, e.id, e.type, "
+                'e."timestamp", e.synthetic, e.body FROM (SELECT h.session_id, h.seq, h.role, '
+                f"h.said_at, ts_rank_cd(h.tsv, {_QUERY}, 1) AS rank FROM {{s}}.history h "
+                f"JOIN {{s}}.sessions s ON s.id = h.session_id WHERE h.tsv @@ {_QUERY} "
+                "AND (%(sids)s::text[] IS NULL OR h.session_id = ANY(%(sids)s::text[])) "
+                "AND (%(meta)s::jsonb IS NULL OR (s.metadata @> %(meta)s::jsonb AND NOT EXISTS ("
+                "SELECT 1 FROM jsonb_each(%(meta)s::jsonb) m "
+                "WHERE (s.metadata -> m.key)::text IS DISTINCT FROM m.value::text))) "
+                f"{_FILTERS}"
+                "ORDER BY rank DESC, h.seq, h.session_id LIMIT %(k)s) h "
+                "JOIN {s}.events e ON e.session_id = h.session_id AND e.seq = h.seq "
+                "ORDER BY h.rank DESC, h.seq, h.session_id"
+            ),
+            events_by_id=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.sessions s "
+                "LEFT JOIN {s}.events e ON e.session_id = s.id "
+                "AND e.session_id = %(sid)s::text AND e.id = ANY(%(ids)s::text[]) "
+                "WHERE s.id = %(sid)s::text ORDER BY e.seq"
+            ),
             # Unpartitioned, a version-checked single append needs no function: one plain
             # statement (no plpgsql, no SPI) does the lock, the check and the insert.
+            history=history,
             direct_one=None if partitioned else q(_DIRECT_ONE),
             fenced_one=None if partitioned else q(_FENCED_ONE),
         )

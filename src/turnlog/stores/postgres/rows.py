@@ -5,7 +5,8 @@ Plain code, shared by `AsyncPostgresStore` and the generated `PostgresStore`: no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -20,6 +21,7 @@ from turnlog.codec import (
 )
 from turnlog.errors import InvalidInput
 from turnlog.events import EventType, Session, SessionEvent, check_id
+from turnlog.history import SAID_AT, indexed_text, said_at, tool_names
 from turnlog.payloads import CompactionBoundary
 from turnlog.stores.attachments import Split, refs_in
 from turnlog.stores.base import check_boundaries
@@ -31,6 +33,9 @@ __all__ = [
     "event_of",
     "events_of",
     "first_line",
+    "history_columns",
+    "history_terms",
+    "history_words",
     "read_params",
     "refuse_boundaries",
     "session_of",
@@ -57,6 +62,10 @@ class Batch:
         self.roles = [e.role for e in events]
         self.synthetic = [e.synthetic for e in events]
         self.bodies = [encode_body(e) for e in events]
+        columns = [history_columns(e, t) for e, t in zip(events, self.timestamps, strict=True)]
+        self.texts = [c[0] for c in columns]
+        self.said = [c[1] for c in columns]
+        self.tools = [c[2] for c in columns]
         self.required: list[str] = []
         self.boundary_at: int | None = None
         self.boundary_ids: list[str] = []
@@ -87,6 +96,9 @@ class Batch:
         keep.roles = [self.roles[i] for i in index]
         keep.synthetic = [self.synthetic[i] for i in index]
         keep.bodies = [self.bodies[i] for i in index]
+        keep.texts = [self.texts[i] for i in index]
+        keep.said = [self.said[i] for i in index]
+        keep.tools = [self.tools[i] for i in index]
         keep.required, keep.boundary_at, keep.boundary_ids = [], None, []
         left = refs_in(keep.events) if self.blobs or self.named else set()
         keep.blobs = {r: b for r, b in self.blobs.items() if r in left}
@@ -101,14 +113,14 @@ class Batch:
             refs = sorted(self.blobs)
             named = sorted(self.named)
             return queries.append_attached, (
-                *self._columns(session_id, expected),
+                *self._columns(session_id, expected, queries.history),
                 refs,
                 [self.blobs[r] for r in refs],
                 named,
                 [self.named[r] for r in named],
             )
         if len(self.ids) == 1 and self.boundary_at is None:
-            return queries.append_one, (
+            one: tuple[Any, ...] = (
                 session_id,
                 expected,
                 self.ids[0],
@@ -118,11 +130,14 @@ class Batch:
                 self.synthetic[0],
                 self.bodies[0],
             )
-        return queries.append, self._columns(session_id, expected)
+            if queries.history:
+                one += (self.texts[0], self.said[0], self.tools[0])
+            return queries.append_one, one
+        return queries.append, self._columns(session_id, expected, queries.history)
 
-    def _columns(self, session_id: str, expected: int | None) -> tuple[Any, ...]:
-        """The parameters of `append_events`."""
-        return (
+    def _columns(self, session_id: str, expected: int | None, history: bool) -> tuple[Any, ...]:
+        """The parameters of `append_events` (without the history's, for a schema without)."""
+        columns = (
             session_id,
             expected,
             self.ids,
@@ -135,6 +150,7 @@ class Batch:
             self.boundary_at,
             self.boundary_ids,
         )
+        return (*columns, self.texts, self.said, self.tools) if history else columns
 
 
 def refuse_boundaries(batch: list[SessionEvent], missing: set[str]) -> None:
@@ -227,3 +243,64 @@ def read_params(session_id: str, ref: str, offset: int, length: int | None) -> d
         "from": offset - first * CHUNK_BYTES + 1,
         "n": n,
     }
+
+
+# -- the history index's columns ------------------------------------------------------------
+
+MAX_HISTORY_CHARS: Final = 100_000
+"""The most characters of an event's words the history index holds (its first ones): a
+`tsvector` is at most 1 MB, and an append must never fail for the length of its text."""
+_TOOLS_SEP: Final = "\x1f"
+# Not a letter or digit, and not a mark of the no-space scripts (their character pairs, which
+# `index_text` made, keep their vowel and tone marks, as the query's do).
+_NOT_WORD: Final = re.compile(r"[^\w\u0e01-\u0e4e\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff]+|_+")
+_ASCII_NOT_WORD: Final = re.compile(r"[\W_]+", re.ASCII)
+
+
+def history_words(text: str) -> str:
+    """`text` as the history index's words, separated by spaces: lower-cased, without the
+    accents of Latin, Greek and Cyrillic letters, runs of the no-space scripts as their
+    character pairs (as `turnlog.history.query_terms` cuts a query), at most
+    `MAX_HISTORY_CHARS`. PostgreSQL's parser then sees only words and spaces, whatever the
+    server's locale."""
+    # here: `import turnlog` loads none of the tool search (tests/test_cold_start.py)
+    from turnlog.toolsearch.words import fold, index_text
+
+    if text.isascii():
+        words = _ASCII_NOT_WORD.sub(" ", text.lower())
+    else:
+        words = _NOT_WORD.sub(" ", fold(index_text(text)))
+    return words[:MAX_HISTORY_CHARS].strip()
+
+
+def history_terms(terms: Sequence[str]) -> list[str]:
+    """A query's terms as the index holds words (`history_words`)."""
+    if all(t.isascii() for t in terms):
+        return list(terms)
+    from turnlog.toolsearch.words import fold
+
+    return [fold(t) for t in terms]
+
+
+def history_columns(event: SessionEvent, stamp: int) -> tuple[str | None, int | None, str]:
+    """The history columns of `event`, stored with timestamp `stamp` (microseconds): its words
+    (None when it is not indexed), when it was said (microseconds) and its tool names."""
+    text = indexed_text(event)
+    if text is None:
+        return None, None, ""
+    words = history_words(text)
+    if not words:
+        return None, None, ""
+    message = event.message
+    assert message is not None  # indexed_text gives None for other events
+    if event.timestamp is not None:
+        said = to_micros(said_at(event))
+    elif SAID_AT in message.metadata or SAID_AT in event.metadata:
+        try:  # said_at falls back on the timestamp, which the store stamps: `stamp`
+            said = to_micros(said_at(event))
+        except InvalidInput:
+            said = stamp
+    else:
+        said = stamp
+    names = tool_names(event)
+    return words, said, _TOOLS_SEP.join(names).replace("\x00", "") if names else ""

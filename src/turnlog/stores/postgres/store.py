@@ -25,7 +25,14 @@ from typing import Any, Final
 
 import psycopg
 
-from turnlog.codec import dump_json, encode_body, lazy_events_from_rows, message_ids, to_micros
+from turnlog.codec import (
+    dump_json,
+    encode_body,
+    from_micros,
+    lazy_events_from_rows,
+    message_ids,
+    to_micros,
+)
 from turnlog.durations import Duration, to_seconds
 from turnlog.errors import (
     AttachmentNotFound,
@@ -37,7 +44,7 @@ from turnlog.errors import (
     VersionConflict,
 )
 from turnlog.events import EventType, Session, SessionEvent, TokenCount, check_id
-from turnlog.history import HistoryHit, HistoryQuery
+from turnlog.history import HistoryHit, HistoryQuery, indexed_text, snippet
 from turnlog.lazy import LazyEvents
 from turnlog.payloads import CompactionBoundary
 from turnlog.rules import Tail, check_append, needs_tail
@@ -67,22 +74,23 @@ from turnlog.stores.base import (
     check_rules_at,
     check_session,
     check_token_counts,
-    session_matches,
     stamped,
     utc_now,
 )
-from turnlog.stores.history_index import HistoryIndex, catch_up
 from turnlog.stores.postgres.connections import Conn, Connections, Pool
 from turnlog.stores.postgres.ddl import (
     MAX_INDEXED_BYTES,
     check_partitions,
     check_schema_name,
+    check_text_search,
 )
 from turnlog.stores.postgres.queries import Queries
 from turnlog.stores.postgres.rows import (
     Batch,
     event_of,
     events_of,
+    history_columns,
+    history_terms,
     read_params,
     refuse_boundaries,
     session_of,
@@ -130,14 +138,20 @@ class PostgresStore:
             seconds or a `timedelta`.
         clock: stamps events appended without a timestamp.
         attachments: which bytes of parts are stored apart, and the size limits.
+        text_search: the PostgreSQL text-search configuration of the history index
+            (`search_history`), such as "simple" (no stemming, every word kept: the default)
+            or "english" (stemmed, English stop words dropped); fixed when the schema gets its
+            history (made, or migrated to version 4). None: "simple" then, and whatever the
+            schema has afterwards.
 
     Raises:
-        InvalidInput: a bad schema name, partition count, `indexed_keys` or DSN; a
+        InvalidInput: a bad schema name, partition count, `indexed_keys`, `text_search` or
+            DSN; a text-search configuration the server does not have (when the store opens); a
             `connect_timeout` that is not a positive, finite duration (at most a day); and,
             when the store opens, a pool without autocommit.
         StoreError: when the store opens (in the constructor of `PostgresStore`): the server
             cannot be reached; the schema needs `turnlog migrate`, is newer than this turnlog,
-            or is partitioned differently.
+            or is partitioned or has a history configured differently.
         CorruptData: when the store opens: the schema holds tables of something else.
     """
 
@@ -158,8 +172,10 @@ class PostgresStore:
         connect_timeout: Duration = 10.0,
         clock: Clock = utc_now,
         attachments: AttachmentLimits = DEFAULT_LIMITS,
+        text_search: str | None = None,
     ) -> None:
         self.schema = check_schema_name(schema)
+        self._text_search = check_text_search(text_search)
         self._partitions = check_partitions(partitions)
         connect_timeout = to_seconds(connect_timeout, "connect_timeout", most=_MAX_CONNECT_WAIT)
         if isinstance(indexed_keys, str) or not all(isinstance(k, str) for k in indexed_keys):
@@ -204,8 +220,15 @@ class PostgresStore:
             partitions=self._partitions,
             migrate=self._migrate,
             indexed_keys=self._wanted_keys,
+            text_search=self._text_search,
         )
-        self._q = Queries.render(self.schema, conn, partitioned=found.partitions is not None)
+        self._q = Queries.render(
+            self.schema,
+            conn,
+            partitioned=found.partitions is not None,
+            config=found.config,
+            history=found.history,
+        )
         self.indexed_keys = frozenset(found.keys)
 
     def close(self) -> None:
@@ -386,16 +409,21 @@ class PostgresStore:
             self._tails.forget(session_id)
             return None
         now = self._clock()
+        stamp = to_micros(now if one.timestamp is None else one.timestamp)
+        text, said, tools = history_columns(one, stamp)
         params = {
             "sid": session_id,
             "v": version,
             "last": last,
             "id": one.id,
             "type": one.type.name,
-            "ts": to_micros(now if one.timestamp is None else one.timestamp),
+            "ts": stamp,
             "role": one.role,
             "syn": one.synthetic,
             "body": encode_body(one),
+            "text": text,
+            "said": said,
+            "tools": tools,
         }
         with self._conn("appending to session", session_id) as conn:
             try:
@@ -454,35 +482,41 @@ class PostgresStore:
             fast: tuple[str, Any]
             if batch is not None:
                 fast = batch.call(q, session_id, expected)
-            elif expected is not None and q.direct_one is not None:
-                fast = (
-                    q.direct_one,
-                    {
-                        "sid": session_id,
-                        "v": expected,
-                        "id": one.id,
-                        "type": one.type.name,
-                        "ts": micros if one.timestamp is None else to_micros(one.timestamp),
-                        "role": one.role,
-                        "syn": one.synthetic,
-                        "body": encode_body(one),
-                    },
-                )
             else:
-                # The common case, without the column arrays: one event, scalar parameters.
-                fast = (
-                    q.append_one,
-                    (
+                stamp = micros if one.timestamp is None else to_micros(one.timestamp)
+                text, said, tools = history_columns(one, stamp)
+                if expected is not None and q.direct_one is not None:
+                    fast = (
+                        q.direct_one,
+                        {
+                            "sid": session_id,
+                            "v": expected,
+                            "id": one.id,
+                            "type": one.type.name,
+                            "ts": stamp,
+                            "role": one.role,
+                            "syn": one.synthetic,
+                            "body": encode_body(one),
+                            "text": text,
+                            "said": said,
+                            "tools": tools,
+                        },
+                    )
+                else:
+                    # The common case, without the column arrays: one event, scalar parameters.
+                    params: tuple[Any, ...] = (
                         session_id,
                         expected,
                         one.id,
                         one.type.name,
-                        micros if one.timestamp is None else to_micros(one.timestamp),
+                        stamp,
                         one.role,
                         one.synthetic,
                         encode_body(one),
-                    ),
-                )
+                    )
+                    if q.history:
+                        params += (text, said, tools)
+                    fast = (q.append_one, params)
             for _ in range(_MAX_ATTEMPTS):
                 try:
                     row = conn.execute(*fast).fetchone()
@@ -572,13 +606,33 @@ class PostgresStore:
         return apply_filter(events, flt)
 
     def events_by_id(self, session_id: str, ids: Sequence[str]) -> list[SessionEvent]:
-        wanted = set(check_event_ids(ids))
-        return [e for e in self.events(session_id) if e.id in wanted]
+        """The events of the session with these ids, in log order: only those rows, each
+        looked up in the id index."""
+        check_id(session_id, "session id")
+        wanted = sorted(set(check_event_ids(ids)))
+        params = {"sid": session_id, "ids": wanted}
+        with self._conn("reading events of session", session_id) as conn:
+            rows = conn.execute(self._q.events_by_id, params, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFound(session_id)
+        if rows[0][0] is None:
+            return []
+        return events_of(session_id, rows)
 
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
-        index = self._history_index()
-        catch_up(index, session_id, self.version(session_id), self.events_after)
-        return index.search([session_id], query)
+        """The best `query.k` message events of the session for `query`, from the history
+        index (GIN on the session and the `tsvector`), ranked by `ts_rank_cd` (normalized by
+        the log of the event's length): one query, which reads only the hits' events."""
+        check_id(session_id, "session id")
+        params = _search_params(query)
+        params["sid"] = session_id
+        with self._conn("searching the history of session", session_id) as conn:
+            rows = conn.execute(self._q.search_history, params, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFound(session_id)
+        if rows[0][0] is None:
+            return []
+        return [_hit(session_id, row, query) for row in rows]
 
     def search_sessions(
         self,
@@ -587,32 +641,26 @@ class PostgresStore:
         sessions: Sequence[str] | None = None,
         metadata: Mapping[str, str | int | bool] | None = None,
     ) -> list[HistoryHit]:
-        index = self._history_index()
-        chosen = []
-        for session in self.list_sessions() if sessions is None else []:
-            chosen.append(session.id)
-        for sid in sessions or []:
-            found = self.find_session(sid)
-            if found is not None:
-                chosen.append(sid)
-        picked = []
-        for sid in dict.fromkeys(chosen):
-            found = self.find_session(sid)
-            if found is None or not session_matches(found, metadata):
-                continue
-            try:
-                catch_up(index, sid, self.version(sid), self.events_after)
-            except SessionNotFound:
-                continue
-            picked.append(sid)
-        return index.search(picked, query)
-
-    def _history_index(self) -> HistoryIndex:
-        # the process's history index of this store (turnlog.stores.history_index)
-        index = getattr(self, "_history", None)
-        if index is None:
-            index = self._history = HistoryIndex()
-        return index
+        """The best `query.k` message events of the sessions named (all when None) whose
+        metadata holds `metadata`, in one query (the filters in SQL); unknown ids are
+        skipped."""
+        params = _search_params(query)
+        if sessions is not None:
+            if isinstance(sessions, str):
+                raise InvalidInput("sessions must be a list of session ids, not one string")
+            params["sids"] = [check_id(s, "session id") for s in sessions]
+        else:
+            params["sids"] = None
+        if metadata is not None:
+            for name, value in metadata.items():
+                if not check_metadata_query(name, value):
+                    return []  # U+0000: no stored metadata holds it
+            params["meta"] = dump_json(dict(metadata))
+        else:
+            params["meta"] = None
+        with self._conn("searching the history of sessions") as conn:
+            rows = conn.execute(self._q.search_sessions, params, binary=True).fetchall()
+        return [_hit(row[0], row[1:], query) for row in rows]
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
         check_id(session_id, "session id")
@@ -748,6 +796,33 @@ class PostgresStore:
         with self._conn("reading session", session_id) as conn:
             row = conn.execute(self._q.event_by_id, (session_id, event_id), binary=True).fetchone()
         return None if row is None else event_of(session_id, row)
+
+
+def _search_params(query: HistoryQuery) -> dict[str, Any]:
+    """The parameters a history search shares: the terms, the filters, k."""
+    return {
+        "terms": history_terms(query.terms),
+        "before": None if query.before is None else to_micros(query.before),
+        "after": None if query.after is None else to_micros(query.after),
+        "roles": None if query.roles is None else sorted(query.roles),
+        "tools": None if query.tools is None else sorted(query.tools),
+        "k": query.k,
+    }
+
+
+def _hit(session_id: str, row: Any, query: HistoryQuery) -> HistoryHit:
+    """The hit of a search row (seq, role, said_at, rank, then the event's columns)."""
+    event = event_of(session_id, (row[0], *row[4:]))
+    return HistoryHit(
+        session_id=session_id,
+        event_id=event.id,
+        seq=int(row[0]),
+        timestamp=from_micros(row[6]),
+        said_at=from_micros(row[2]),
+        role=row[1],
+        snippet=snippet(indexed_text(event) or "", query.terms),
+        score=float(row[3]),
+    )
 
 
 def _any_media(batch: list[SessionEvent]) -> bool:
