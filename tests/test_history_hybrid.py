@@ -91,3 +91,23 @@ def test_bad_options_are_refused():
         HybridHistory(embedder=object(), depth=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
         HybridHistory(embedder=object(), keyword_weight=-1)  # type: ignore[arg-type]
+
+
+def test_the_runners_recall_search_uses_the_services_hybrid(tmp_path, hybrid):
+    import json
+
+    from turnlog import CompactionWindow, ToolCall, TurnCountTrigger, WindowCompactionStrategy
+    from turnlog.chat import SessionChat
+    from turnlog.testing.fakes import ScriptedChatModel
+
+    svc = SessionService(SqliteStore(tmp_path / "r.db"), history=hybrid)
+    _fill(svc, "r")
+    strategy = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+    assert not svc.compact("r", TurnCountTrigger(1), strategy).unchanged
+    search = ToolCall("k1", "search_history", json.dumps({"query": "What is our cat called?"}))
+    model = ScriptedChatModel([Message.assistant(None, [search]), "Her name is Sprocket."])
+    chat = SessionChat(svc, model, recall=True)
+    chat.send("r", "Remind me about the pet.")
+    result = next(r for e in svc.events("r") if e.message for r in e.message.tool_results)
+    hits = json.loads(result.content)["hits"]
+    assert hits and hits[0]["seq"] == 1  # BM25 alone finds nothing (the first test)

@@ -588,7 +588,11 @@ class SessionChat:
         try:
             if call.name == SEARCH_HISTORY:
                 query = search_arguments(call.arguments, skipped=len(turn))
-                hits = store.search_history(session_id, query)
+                history = self.service.history  # BM25 and embeddings fused, when it is set
+                if history is not None:
+                    hits = history.search(self.service, session_id, query)
+                else:
+                    hits = store.search_history(session_id, query)
                 kept = [h for h in hits if h.event_id not in turn][:RECALL_HITS]
                 return ToolResult(call.id, call.name, hits_result(kept))
             ids = read_arguments(call.arguments)
