@@ -37,6 +37,8 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.tool import FunctionTool
+    from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "turnlog.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -59,10 +61,12 @@ from turnlog.integrations._openai_agents_parts import (
     reasoning_part,
     take,
 )
+from turnlog.integrations._recall import answer_async
 from turnlog.parts import Part, TextPart
+from turnlog.recall_tools import recall_tool_references
 from turnlog.service_async import AsyncSessionService
 
-__all__ = ["ITEMS_KEY", "PARTS_KEY", "TurnlogSession", "stored_items"]
+__all__ = ["ITEMS_KEY", "PARTS_KEY", "TurnlogSession", "recall_tools", "stored_items"]
 
 ITEMS_KEY: Final = "openai_agents.items"
 """The event metadata key holding the SDK items of an event, each as the JSON text
@@ -302,6 +306,39 @@ class TurnlogSession:
             _record(self.session_id, [items[n] for n in group], [raw[n] for n in group], names)
             for group in _groups(items)
         ]
+
+
+# -- recall ----------------------------------------------------------------------------------
+
+
+def recall_tools(session: TurnlogSession) -> list[FunctionTool]:
+    """The recall tools over `session`'s whole log, for `Agent(tools=[...])`:
+    `search_history(query, before?, after?)` and `read_events(ids)`, as the turn runner offers
+    them with `recall=True` (same schemas, same result texts; see `turnlog.recall_tools`).
+
+    With them the model gets back what compaction took out of its view: a search finds covered
+    and cleared items too (the log keeps them), and `read_events` gives an event back whole
+    with when it was said and its turn. A search leaves out the turn in progress (the SDK
+    stores a run's input before the model answers it). Arguments the model got wrong give a
+    result saying what to correct, never an exception; ids of another session give nothing.
+    """
+
+    def tool(name: str, description: str, schema: dict[str, Any]) -> FunctionTool:
+        async def invoke(context: ToolContext[Any], arguments: str) -> str:
+            await session._ensure()
+            answered = await answer_async(
+                session.service, session.session_id, name, arguments, current_turn=True
+            )
+            return answered.text
+
+        # not strict: before and after are optional, which the strict schema form cannot say
+        return FunctionTool(name, description, schema, invoke, strict_json_schema=False)
+
+    # each tool its own copy of the schema: the SDK may adjust what it is given
+    return [
+        tool(r.name, r.description, json.loads(json.dumps(r.parameters or {})))
+        for r in recall_tool_references()
+    ]
 
 
 # -- items -> messages -----------------------------------------------------------------------

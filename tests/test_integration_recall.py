@@ -1,0 +1,173 @@
+"""The recall tools of the framework adapters, in real runs of each framework.
+
+Each framework talks Chat Completions to a `ScriptedServer` over a real socket, over a real
+SQLite file. The session holds a fact that a compaction took out of the view; the scripted model
+calls `search_history`, then `read_events` with the id of the first hit (the server builds that
+reply from the search result it was sent), then answers. The tool results the framework sent
+back must hold the original event; ids of another session give nothing; bad arguments give an
+error result, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from model_servers import Reply, ScriptedServer, openai_completion
+from turnlog import (
+    CompactionWindow,
+    Message,
+    SessionService,
+    SqliteStore,
+    TurnCountTrigger,
+    WindowCompactionStrategy,
+)
+from turnlog.recall_tools import recall_tool_references
+from turnlog.service_async import AsyncSessionService
+from turnlog.stores.sqlite_async import AsyncSqliteStore
+
+FACT = "My parking spot is B-42 on level three."
+LATER = [
+    ("Book a table for Friday.", "Booked."),
+    ("What is the weather?", "Sunny."),
+    ("Thanks.", "You are welcome."),
+]
+QUESTION = "Where did I park my car? Look it up."
+TRIGGER = TurnCountTrigger(2)
+STRATEGY = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    s.refuse_null_content = False  # some frameworks send null content beside tool calls
+    yield s
+    s.close()
+
+
+def tool_messages(body: dict) -> list[dict]:
+    return [m for m in body["messages"] if m["role"] == "tool"]
+
+
+def script_recall(server: ScriptedServer, search: dict | str, *, read: bool = True) -> None:
+    """search_history with `search`; then read_events with the first hit's id (built from the
+    search result the server is sent); then a final answer."""
+    arguments = search if isinstance(search, str) else json.dumps(search)
+    server.reply_json(openai_completion(None, [("call_s", "search_history", arguments)]))
+    server.reply_json(openai_completion("placeholder"))
+    server.reply_json(openai_completion("You parked at B-42."))
+
+    def follow(request, reply: Reply) -> Reply:
+        if read and len(server.requests) == 2:
+            hits = json.loads(tool_messages(request.body)[-1]["content"])["hits"]
+            ids = json.dumps({"ids": [hits[0]["event_id"]] if hits else ["none"]})
+            body = openai_completion(None, [("call_r", "read_events", ids)])
+            return Reply(200, json.dumps(body).encode())
+        return reply
+
+    server.rewrite = follow
+
+
+def fact_id(service: SessionService, session_id: str) -> str:
+    [event] = [
+        e for e in service.events(session_id) if e.message is not None and e.message.text == FACT
+    ]
+    return event.id
+
+
+def check_recalled(server: ScriptedServer, path, session_id: str) -> None:
+    """The fact was out of the view, the search found it first, read_events gave it whole."""
+    first, _, last = server.requests[:3]
+    assert "B-42" not in json.dumps(first.body["messages"])  # compacted out of the view
+    assert {t["function"]["name"] for t in first.body["tools"]} == {
+        "search_history",
+        "read_events",
+    }
+    with SessionService(SqliteStore(path)) as service:
+        wanted = fact_id(service, session_id)
+    search, read = tool_messages(last.body)[-2:]
+    hits = json.loads(search["content"])["hits"]
+    assert hits[0]["event_id"] == wanted and "B-42" in hits[0]["snippet"]
+    assert all(h["snippet"] != QUESTION for h in hits)  # the turn in progress is left out
+    [event] = json.loads(read["content"])["events"]
+    assert event["id"] == wanted and event["text"] == FACT
+    assert event["role"] == "user" and event["turn"] == 1
+
+
+def schemas(tools: list[tuple[str, str, dict]]) -> None:
+    """The framework's tools are the runner's: names, descriptions, JSON schemas."""
+    runner = {(r.name, r.description, json.dumps(r.parameters)) for r in recall_tool_references()}
+    assert {(n, d, json.dumps(p)) for n, d, p in tools} == runner
+
+
+# -- the OpenAI Agents SDK ---------------------------------------------------------------------
+
+
+def other_session(path) -> str:
+    """Another session of the same store; the id of its one event."""
+    with SessionService(SqliteStore(path)) as service:
+        service.get_or_create("other")
+        return service.append_message("other", Message.user("Other: my spot is B-42 too.")).id
+
+
+def agents_run(server, path, session_id, script):
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from turnlog.integrations.openai_agents import TurnlogSession, recall_tools
+
+    set_tracing_disabled(True)
+
+    async def main():
+        service = AsyncSessionService(AsyncSqliteStore(path))
+        client = AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        try:
+            session = TurnlogSession(session_id, service, trigger=TRIGGER, strategy=STRATEGY)
+            items: list[Any] = []
+            for asked, said in [(FACT, "Noted."), *LATER]:
+                items.append({"role": "user", "content": asked})
+                items.append({"role": "assistant", "content": said})
+            await session.add_items(items)
+            tools = recall_tools(session)
+            schemas([(t.name, t.description, t.params_json_schema) for t in tools])
+            model = OpenAIChatCompletionsModel("gpt-test", openai_client=client)
+            agent = Agent(name="a", model=model, tools=tools)
+            script()
+            return await Runner.run(agent, QUESTION, session=session)
+        finally:
+            await client.close()
+            await service.close()
+
+    return asyncio.run(main())
+
+
+def test_agents_sdk_recalls_a_compacted_fact(server, tmp_path):
+    path = tmp_path / "t.db"
+    result = agents_run(server, path, "s1", lambda: script_recall(server, {"query": "parking"}))
+    assert result.final_output == "You parked at B-42."
+    check_recalled(server, path, "s1")
+
+
+def test_agents_sdk_other_sessions_ids_and_bad_arguments(server, tmp_path):
+    path = tmp_path / "t.db"
+    other = other_session(path)
+    bad = {"query": "  "}
+    server.reply_json(openai_completion(None, [("c1", "search_history", json.dumps(bad))]))
+    server.reply_json(
+        openai_completion(None, [("c2", "read_events", json.dumps({"ids": [other]}))])
+    )
+    server.reply_json(openai_completion(None, [("c3", "search_history", '{"quer": "x"}')]))
+    server.reply_json(openai_completion("Done."))
+    result = agents_run(server, path, "s1", lambda: None)
+    assert result.final_output == "Done."
+    blank, read, unknown = (m["content"] for m in tool_messages(server.requests[-1].body))
+    assert blank.startswith("search_history:") and "blank" in blank
+    assert json.loads(read) == {
+        "events": [],
+        "not_found": [other],
+        "message": "ids under not_found are not events of this conversation's history",
+    }
+    assert "unknown argument 'quer'" in unknown
