@@ -11,9 +11,12 @@ conversation each question is asked, and per budget and strategy the table gives
 - evidence in view: an evidence event of the question is in `service.view(sid)`;
 - reachable, BM25: it is in the view or in the top 5 of
   `service.store.search_history(sid, history_query(question, k=5))`;
-- reachable, hybrid: the same with the top 5 of BM25 (top 50) and the cosine similarity of the
-  question to each indexed event (the tool search's offline `MiniLmEmbedder`) fused by the tool
-  search's `score_fusion` (left out, and said so, when the `embeddings` extra is missing);
+- reachable, embeddings: the same with the top 5 by the cosine similarity of the question to
+  each indexed event alone (the tool search's offline `MiniLmEmbedder`);
+- reachable, hybrid: the same with the top 5 of `turnlog.history_hybrid.HybridHistory` (what
+  `SessionService(history=HybridHistory())` ranks by: BM25's top 50 and the embeddings' top
+  50 fused by the tool search's `score_fusion`); both left out, and said so, when the
+  `embeddings` extra is missing;
 - answer in view: every word of the answer string is in the view's text (for reference; a
   "date" question's answer is the day it was said, which only the metadata holds).
 
@@ -184,6 +187,36 @@ class Hybrid:
         return [h.name for h in fused[:K]]
 
 
+class Cached:
+    """An embedder that embeds each text once across the replays (a conversation is played
+    once per budget and strategy), for `HybridHistory`: the vectors are the same, so is the
+    ranking."""
+
+    def __init__(self, inner: Any, vectors: dict[str, Any]) -> None:
+        self.inner, self.vectors = inner, vectors
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            rows = np.asarray(self.inner.embed(missing), dtype=np.float32)
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            for text, row in zip(missing, rows / np.maximum(norms, 1e-12), strict=True):
+                self.vectors[text] = row
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def shipped(history: Any) -> Search:
+    """The hybrid as turnlog ships it: `HybridHistory.search` (BM25 of the store's index
+    fused with the embeddings of every indexed event)."""
+
+    def search(service: SessionService, sid: str, conv: Conversation, q: Question) -> list[str]:
+        return [h.event_id for h in history.search(service, sid, history_query(q.text, k=K))]
+
+    return search
+
+
 def words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
@@ -349,9 +382,11 @@ def main() -> None:
     searches: dict[str, Search] = {"bm25": bm25}
     hybrid = None if args.no_hybrid else embedder()
     if hybrid is not None:
+        from turnlog.history_hybrid import HybridHistory
+
         fused = Hybrid(hybrid)
         searches["embeddings"] = fused.embeddings
-        searches["hybrid"] = fused
+        searches["hybrid"] = shipped(HybridHistory(Cached(hybrid, fused.vectors), depth=DEPTH))
     with open_service(args.store) as service:
         results = run(service, conversations, budgets, STRATEGIES, searches)
         print()
