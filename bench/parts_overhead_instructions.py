@@ -14,7 +14,7 @@ Contenders, on `SqliteStore` (WAL, synchronous=NORMAL) and `MemoryStore`, text o
 (tokens counted), `service.events` of a 1,050-event log compacted to 50, and `service.view` of
 a 300-event session never compacted.
 
-    python bench/parts_overhead_instructions.py [--baseline c729f2f]
+    python bench/parts_overhead_instructions.py [--baseline c729f2f] [--head REV]
 
 Needs valgrind (Debian's package) and git; about 5 minutes.
 """
@@ -113,6 +113,9 @@ def count(worker: Path, src: Path, contender: str, n: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--baseline", default="c729f2f")
+    parser.add_argument(
+        "--head", default=None, help="a commit to count instead of this checkout's src/"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed: apt-get install valgrind")
@@ -122,11 +125,17 @@ def main() -> None:
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), args.baseline],
             check=True,
         )
+        head = Path(tmp, "head")
+        if args.head is not None:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(head), args.head],
+                check=True,
+            )
         try:
             worker = Path(tmp, "worker.py")
             worker.write_text(WORKER, "utf-8")
-            sources = {"base": tree / "src", "head": ROOT / "src"}
-            print(f"base: {args.baseline}; head: {ROOT / 'src'}")
+            sources = {"base": tree / "src", "head": head / "src" if args.head else ROOT / "src"}
+            print(f"base: {args.baseline}; head: {args.head or ROOT / 'src'}")
             print(f"{'contender':28s} {'base':>12s} {'head':>12s} {'head/base':>10s}")
             worst = 0.0
             for contender, n in CONTENDERS.items():
@@ -144,9 +153,11 @@ def main() -> None:
             met = "MET" if worst <= TARGET else "MISSED"
             print(f"worst head/base: {worst:.3f}x (target <= {TARGET}x): {met}")
         finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
-            )
+            for made in (tree, head) if args.head else (tree,):
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(made)],
+                    check=False,
+                )
 
 
 if __name__ == "__main__":
