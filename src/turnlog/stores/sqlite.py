@@ -1058,7 +1058,7 @@ class SqliteStore:
             ):
                 if session_matches(_session((sid, created, expires, meta)), metadata):
                     found += _matches(conn, expression, query, key, None)
-            found.sort(key=lambda m: (-m[0], m[1] & (_SEQ_SPAN - 1), m[2]))
+            found.sort(key=lambda m: (-m[0], m[1] & (_SEQ_SPAN - 1), m[1]))
             return _hits(conn, found[: query.k], query)
 
     def events_after(self, session_id: str, after: int, limit: int) -> list[SessionEvent]:
@@ -1257,7 +1257,7 @@ class SqliteStore:
         return _event(session_id, rows[0]) if rows else None
 
 
-_Match = tuple[float, int, str, int, str]  # score, rowid, session id, said_at, role
+_Match = tuple[float, int]  # score, rowid
 _words: Any = None  # turnlog.toolsearch.words.index_text, loaded on the first use
 
 
@@ -1412,13 +1412,23 @@ def _matches(
     """The best `query.k` rows for `expression`: of the session whose history key is `key`
     (its rowid range), or of every session whose metadata matches `metadata` (None: all).
     The time and role filters are SQL; the tool and metadata filters are applied to the
-    ranked rows as they come, so up to k rows are still found."""
+    ranked rows as they come, so up to k rows are still found. The rows table and the
+    sessions are joined only when a filter reads them: a join costs two lookups per matching
+    row, about twice the ranking itself (`_hits` reads them for the hits alone)."""
+    rows = query.before is not None or query.after is not None or query.roles is not None
+    rows = rows or query.tools is not None
     sql = (
-        "SELECT bm25(turnlog_history_text) AS rank, t.rowid, s.id, h.said_at, h.role, h.tools"
-        + (", s.created_at, s.expires_at, s.metadata" if metadata is not None else "")
-        + " FROM turnlog_history_text t JOIN turnlog_history h ON h.rowid = t.rowid "
-        "JOIN turnlog_sessions s ON s.history_key = (t.rowid >> 40) "
-        "WHERE turnlog_history_text MATCH ?"
+        "SELECT bm25(turnlog_history_text) AS rank, t.rowid"
+        + (", h.tools" if query.tools is not None else ", NULL")
+        + (", s.id, s.created_at, s.expires_at, s.metadata" if metadata is not None else "")
+        + " FROM turnlog_history_text t"
+        + (" JOIN turnlog_history h ON h.rowid = t.rowid" if rows else "")
+        + (
+            " JOIN turnlog_sessions s ON s.history_key = (t.rowid >> 40)"
+            if metadata is not None
+            else ""
+        )
+        + " WHERE turnlog_history_text MATCH ?"
     )
     params: list[object] = [expression]
     if key is not None:
@@ -1444,16 +1454,16 @@ def _matches(
     cur = conn.execute(sql, params)
     try:
         for row in cur:
-            rank, rowid, sid, said, role, tools = row[:6]
+            rank, rowid, tools = row[:3]
             if query.tools is not None and query.tools.isdisjoint(tools.split(_TOOLS_SEP)):
                 continue
             if metadata is not None:
-                ok = checked.get(sid)
+                ok = checked.get(row[3])
                 if ok is None:
-                    ok = checked[sid] = session_matches(_session((sid, *row[6:])), metadata)
+                    ok = checked[row[3]] = session_matches(_session(row[3:]), metadata)
                 if not ok:
                     continue
-            out.append((bm25_score(rank), rowid, sid, said, role))
+            out.append((bm25_score(rank), rowid))
             if len(out) >= query.k:
                 break
     finally:
@@ -1462,26 +1472,45 @@ def _matches(
 
 
 def _hits(conn: sqlite3.Connection, found: list[_Match], query: HistoryQuery) -> list[HistoryHit]:
-    """The hits of `found`, in order, with their events' bodies read (and decoded) for the
-    ids, timestamps and snippets."""
+    """The hits of `found`, in order: their rows, sessions and events' bodies read (and the
+    bodies decoded) for these alone, for the ids, times and snippets."""
+    if not found:
+        return []
+    rowids = [rowid for _, rowid in found]
+    marks = ",".join("?" * len(rowids))  # at most MAX_HITS
+    rows = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            f"SELECT rowid, said_at, role FROM turnlog_history WHERE rowid IN ({marks})", rowids
+        )
+    }
+    keys = sorted({rowid >> _SEQ_BITS for rowid in rowids})
+    sids = dict(
+        conn.execute(
+            "SELECT history_key, id FROM turnlog_sessions WHERE history_key IN "
+            f"({','.join('?' * len(keys))})",
+            keys,
+        ).fetchall()
+    )
     by_session: dict[str, list[int]] = {}
-    for _, rowid, sid, _, _ in found:
-        by_session.setdefault(sid, []).append(rowid & (_SEQ_SPAN - 1))
+    for rowid in rowids:
+        by_session.setdefault(sids[rowid >> _SEQ_BITS], []).append(rowid & (_SEQ_SPAN - 1))
     events: dict[tuple[str, int], SessionEvent] = {}
     for sid, seqs in by_session.items():
-        rows = conn.execute(  # at most MAX_HITS seqs
+        stored = conn.execute(
             f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq IN "
             f"({','.join('?' * len(seqs))})",
             (sid, *seqs),
         ).fetchall()
-        for decoded in decode_rows(sid, rows):
+        for decoded in decode_rows(sid, stored):
             events[sid, decoded.seq or 0] = decoded
     hits = []
-    for score, rowid, sid, said, role in found:
-        seq = rowid & (_SEQ_SPAN - 1)
+    for score, rowid in found:
+        sid, seq = sids[rowid >> _SEQ_BITS], rowid & (_SEQ_SPAN - 1)
         event = events.get((sid, seq))
         if event is None or event.timestamp is None:  # pragma: no cover - one transaction
             continue
+        said, role = rows[rowid]
         hits.append(
             HistoryHit(
                 session_id=sid,
