@@ -38,6 +38,7 @@ LATER = [
 QUESTION = "Where did I park my car? Look it up."
 TRIGGER = TurnCountTrigger(2)
 STRATEGY = WindowCompactionStrategy(CompactionWindow.last_turns(1))
+CLOSE = {"connection": "close"}  # no client keeps a socket past its test
 
 
 @pytest.fixture
@@ -56,16 +57,16 @@ def script_recall(server: ScriptedServer, search: dict | str, *, read: bool = Tr
     """search_history with `search`; then read_events with the first hit's id (built from the
     search result the server is sent); then a final answer."""
     arguments = search if isinstance(search, str) else json.dumps(search)
-    server.reply_json(openai_completion(None, [("call_s", "search_history", arguments)]))
-    server.reply_json(openai_completion("placeholder"))
-    server.reply_json(openai_completion("You parked at B-42."))
+    server.reply_json(openai_completion(None, [("call_s", "search_history", arguments)]), **CLOSE)
+    server.reply_json(openai_completion("placeholder"), **CLOSE)
+    server.reply_json(openai_completion("You parked at B-42."), **CLOSE)
 
     def follow(request, reply: Reply) -> Reply:
         if read and len(server.requests) == 2:
             hits = json.loads(tool_messages(request.body)[-1]["content"])["hits"]
             ids = json.dumps({"ids": [hits[0]["event_id"]] if hits else ["none"]})
             body = openai_completion(None, [("call_r", "read_events", ids)])
-            return Reply(200, json.dumps(body).encode())
+            return Reply(200, json.dumps(body).encode(), headers=CLOSE)
         return reply
 
     server.rewrite = follow
@@ -171,3 +172,161 @@ def test_agents_sdk_other_sessions_ids_and_bad_arguments(server, tmp_path):
         "message": "ids under not_found are not events of this conversation's history",
     }
     assert "unknown argument 'quer'" in unknown
+
+
+def script_errors(server: ScriptedServer, other: str) -> None:
+    """A blank query, ids of another session, an unknown argument; then an answer."""
+    calls = [
+        ("c1", "search_history", json.dumps({"query": "  "})),
+        ("c2", "read_events", json.dumps({"ids": [other]})),
+        ("c3", "search_history", '{"quer": "x"}'),
+    ]
+    for call in calls:
+        server.reply_json(openai_completion(None, [call]), **CLOSE)
+    server.reply_json(openai_completion("Done."), **CLOSE)
+
+
+def error_text(content: str) -> str:
+    """An error result's text (pydantic-ai sends a failed tool result as {"error": text})."""
+    if content.startswith('{"error"'):
+        return json.loads(content)["error"]
+    return content
+
+
+def check_errors(server: ScriptedServer, other: str) -> None:
+    blank, read, unknown = (m["content"] for m in tool_messages(server.requests[-1].body))
+    blank, unknown = error_text(blank), error_text(unknown)
+    assert blank.startswith("search_history:") and "blank" in blank
+    assert json.loads(read)["events"] == [] and json.loads(read)["not_found"] == [other]
+    assert "unknown argument 'quer'" in unknown
+
+
+# -- LangChain ---------------------------------------------------------------------------------
+
+
+def langchain_run(server, path, session_id, script, *, asynchronous=False):
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from turnlog.integrations.langchain import (
+        TurnlogChatMessageHistory,
+        TurnlogMiddleware,
+        recall_tools,
+    )
+
+    with SessionService(SqliteStore(path)) as service:
+        history = TurnlogChatMessageHistory(session_id, service)
+        for asked, said in [(FACT, "Noted."), *LATER]:
+            history.add_messages([HumanMessage(asked), AIMessage(said)])
+        service.compact(session_id, TRIGGER, STRATEGY)
+        schemas([(t.name, t.description, t.args_schema) for t in recall_tools(history)])
+        middleware = TurnlogMiddleware(service, session_id=session_id, recall=True)
+        model = ChatOpenAI(
+            model="gpt-test", base_url=server.url + "/v1", api_key="unused", max_retries=0
+        )
+        agent = create_agent(model, tools=[], middleware=[middleware])
+        script()
+        state = {"messages": [HumanMessage(QUESTION)]}
+        if asynchronous:
+            return asyncio.run(agent.ainvoke(state))
+        return agent.invoke(state)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_langchain_middleware_recalls_a_compacted_fact(server, tmp_path, asynchronous):
+    path = tmp_path / "t.db"
+    script = lambda: script_recall(server, {"query": "parking"})  # noqa: E731
+    state = langchain_run(server, path, "s1", script, asynchronous=asynchronous)
+    assert state["messages"][-1].content == "You parked at B-42."
+    check_recalled(server, path, "s1")
+
+
+def test_langchain_other_sessions_ids_and_bad_arguments(server, tmp_path):
+    path = tmp_path / "t.db"
+    other = other_session(path)
+    state = langchain_run(server, path, "s1", lambda: script_errors(server, other))
+    assert state["messages"][-1].content == "Done."
+    check_errors(server, other)
+    statuses = [m.status for m in state["messages"] if m.type == "tool"]
+    assert statuses == ["error", "success", "error"]
+
+
+def test_langchain_history_tools_read_the_history_session(tmp_path):
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from turnlog.integrations.langchain import TurnlogChatMessageHistory, recall_tools
+
+    with SessionService(SqliteStore(tmp_path / "t.db")) as service:
+        history = TurnlogChatMessageHistory("h", service)
+        search, read = recall_tools(history)
+        assert json.loads(search.invoke({"query": "parking"}))["hits"] == []  # not created yet
+        history.add_messages([HumanMessage(FACT), AIMessage("Noted.")])
+        history.clear()  # out of the view, in the log
+        [hit] = json.loads(search.invoke({"query": "parking"}))["hits"]
+        [event] = json.loads(asyncio.run(read.ainvoke({"ids": [hit["event_id"]]})))["events"]
+        assert event["text"] == FACT
+        call = {"name": "read_events", "args": {"ids": []}, "id": "c", "type": "tool_call"}
+        refused = read.invoke(call)
+        assert refused.status == "error" and refused.content.startswith("read_events: give ids")
+
+
+# -- pydantic-ai -------------------------------------------------------------------------------
+
+
+def pydantic_ai_run(server, path, session_id, script):
+    from openai import AsyncOpenAI
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from turnlog.integrations.pydantic_ai import (
+        TurnlogHistory,
+        recall_toolset,
+        save_history_async,
+    )
+
+    async def main():
+        service = AsyncSessionService(AsyncSqliteStore(path))
+        client = AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        try:
+            messages: list[Any] = []
+            for asked, said in [(FACT, "Noted."), *LATER]:
+                messages.append(ModelRequest(parts=[UserPromptPart(asked)]))
+                messages.append(ModelResponse(parts=[TextPart(said)]))
+            await save_history_async(service, session_id, messages)
+            await service.compact(session_id, TRIGGER, STRATEGY)
+            toolset = recall_toolset(service, session_id)
+            schemas(
+                [
+                    (t.name, t.description, t.tool_def.parameters_json_schema)
+                    for t in toolset.tools.values()
+                ]
+            )
+            model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
+            history = TurnlogHistory(service, session_id, recall=True)
+            agent = Agent(model, capabilities=[history])
+            script()
+            return await agent.run(QUESTION)
+        finally:
+            await client.close()
+            await service.close()
+
+    return asyncio.run(main())
+
+
+def test_pydantic_ai_recalls_a_compacted_fact(server, tmp_path):
+    path = tmp_path / "t.db"
+    script = lambda: script_recall(server, {"query": "parking"})  # noqa: E731
+    result = pydantic_ai_run(server, path, "s1", script)
+    assert result.output == "You parked at B-42."
+    check_recalled(server, path, "s1")
+
+
+def test_pydantic_ai_other_sessions_ids_and_bad_arguments(server, tmp_path):
+    path = tmp_path / "t.db"
+    other = other_session(path)
+    result = pydantic_ai_run(server, path, "s1", lambda: script_errors(server, other))
+    assert result.output == "Done."
+    check_errors(server, other)

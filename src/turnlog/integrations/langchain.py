@@ -20,6 +20,7 @@ Needs `pip install 'turnlog[langchain]'`. See docs/integrations/langchain.md.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,6 +49,7 @@ try:
         messages_from_dict,
     )
     from langchain_core.messages.tool import ToolCall as LangChainToolCall
+    from langchain_core.tools import BaseTool, StructuredTool, ToolException
     from langgraph.config import get_config
     from langgraph.runtime import Runtime
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -73,7 +75,10 @@ from turnlog.events import (
 )
 from turnlog.integrations._langchain_parts import PARTS_KEY, blocks, rebuild, split
 from turnlog.integrations._langchain_service import CLEAR_STRATEGY, Backend, Service
+from turnlog.integrations._recall import Answer, answer, answer_async
 from turnlog.parts import ReasoningPart, TextPart
+from turnlog.recall_tools import recall_tool_references
+from turnlog.service_async import AsyncSessionService
 
 __all__ = [
     "CLEAR_STRATEGY",
@@ -85,6 +90,7 @@ __all__ = [
     "TurnlogChatMessageHistory",
     "TurnlogMiddleware",
     "from_turnlog",
+    "recall_tools",
     "to_event",
 ]
 
@@ -462,6 +468,8 @@ class TurnlogMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         trigger: when to compact before a model call; with `strategy`.
         strategy: how to compact.
         retries: how often a compaction that lost a race with another writer is run again.
+        recall: add the recall tools (`recall_tools(self)`) to the agent's tools, so the
+            model can search the session's whole log and read events back whole.
 
     Raises:
         InvalidInput: a service of another type, or only one of `trigger` and `strategy`.
@@ -475,11 +483,13 @@ class TurnlogMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         trigger: CompactionTrigger | None = None,
         strategy: CompactionStrategy | None = None,
         retries: int = 2,
+        recall: bool = False,
     ) -> None:
         super().__init__()
         self._session_id = None if session_id is None else check_id(session_id, "session id")
         self._backend = Backend(service, trigger, strategy, retries, "TurnlogMiddleware")
         self._stored: dict[str, str] = {}
+        self.tools: Sequence[BaseTool] = recall_tools(self) if recall else []
 
     def session_id(self) -> str:
         """The session of the run in progress.
@@ -577,3 +587,74 @@ class TurnlogMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Store what the run added after the last model call (a tool that ends the run)."""
         await self._asave(state)
         return None
+
+
+# -- the recall tools ----------------------------------------------------------------------------
+
+
+def recall_tools(
+    source: TurnlogChatMessageHistory | TurnlogMiddleware,
+) -> list[StructuredTool]:
+    """The recall tools over the session of a history or a middleware: `search_history(query,
+    before?, after?)` and `read_events(ids)`, as the turn runner offers them with `recall=True`
+    (same schemas, same result texts; see `turnlog.recall_tools`).
+
+    With them the model gets back what compaction took out of its view: a search finds covered
+    and cleared messages too (the log keeps them), and `read_events` gives an event back whole
+    with when it was said and its turn. Over a middleware the session is the run's (its
+    `session_id()`), and a search leaves out the turn in progress, which the middleware stored
+    before the model call; a history stores a turn after it, so nothing is left out.
+    Arguments the model got wrong give a `ToolMessage` with `status="error"` saying what to
+    correct; ids of another session give nothing.
+
+    Over a `SessionService` the tools run blocking or async (in a worker thread); over an
+    `AsyncSessionService` only async (`ainvoke`, `astream`).
+    """
+    service = source._backend.service
+    middleware = isinstance(source, TurnlogMiddleware)
+
+    def session_id() -> str:
+        return source.session_id() if isinstance(source, TurnlogMiddleware) else source.session_id
+
+    def tool(name: str, description: str, schema: dict[str, Any]) -> StructuredTool:
+        def given(arguments: dict[str, Any]) -> str:
+            return json.dumps(arguments)
+
+        def result(answered: Answer) -> str:
+            if answered.is_error:
+                raise ToolException(answered.text)
+            return answered.text
+
+        def run(**arguments: Any) -> str:
+            if isinstance(service, AsyncSessionService):
+                raise InvalidInput(
+                    f"the recall tool {name} is over an AsyncSessionService: run the agent "
+                    "with ainvoke or astream, or give it a SessionService"
+                )
+            return result(
+                answer(service, session_id(), name, given(arguments), current_turn=middleware)
+            )
+
+        async def arun(**arguments: Any) -> str:
+            if not isinstance(service, AsyncSessionService):
+                return await asyncio.to_thread(run, **arguments)
+            answered = await answer_async(
+                service, session_id(), name, given(arguments), current_turn=middleware
+            )
+            return result(answered)
+
+        return StructuredTool.from_function(
+            run,
+            coroutine=arun,
+            name=name,
+            description=description,
+            args_schema=schema,
+            infer_schema=False,
+            handle_tool_error=True,
+        )
+
+    # each tool its own copy of the schema
+    return [
+        tool(r.name, r.description, json.loads(json.dumps(r.parameters or {})))
+        for r in recall_tool_references()
+    ]

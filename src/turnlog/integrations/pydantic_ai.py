@@ -23,15 +23,18 @@ part), so they are counted, compacted and summarized.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, Tool
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from turnlog.compaction import CompactionStrategy, CompactionTrigger
 from turnlog.compaction.base import warn_if_refires
@@ -46,6 +49,8 @@ from turnlog.integrations._pydantic_ai_convert import (
     stored_keys,
     to_model_messages,
 )
+from turnlog.integrations._recall import Answer, answer, answer_async
+from turnlog.recall_tools import recall_tool_references
 from turnlog.service import SessionService
 from turnlog.service_async import AsyncSessionService
 
@@ -54,6 +59,7 @@ __all__ = [
     "history_processor",
     "load_history",
     "load_history_async",
+    "recall_toolset",
     "save_history",
     "save_history_async",
 ]
@@ -230,6 +236,8 @@ class TurnlogHistory(AbstractCapability[Any]):
         trigger: when to compact, e.g. `TurnCountTrigger(20)`; None never compacts.
         strategy: how, e.g. `WindowCompactionStrategy(CompactionWindow.last_turns(10))`.
         check_rules: refuse messages that break a view rule (see `save_history_async`).
+        recall: give the agent the recall tools over the session (`recall_toolset`), so the
+            model can search the session's whole log and read events back whole.
 
     Raises:
         InvalidInput: only one of `trigger` and `strategy` is given.
@@ -240,6 +248,7 @@ class TurnlogHistory(AbstractCapability[Any]):
     trigger: CompactionTrigger | None = None
     strategy: CompactionStrategy | None = None
     check_rules: bool = True
+    recall: bool = False
 
     def __post_init__(self) -> None:
         self._compaction = _check_both(self.trigger, self.strategy)
@@ -248,6 +257,13 @@ class TurnlogHistory(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         """None: it holds a service, so an agent spec cannot name it."""
         return None
+
+    def get_toolset(self) -> AbstractToolset[Any] | None:
+        """The recall tools with `recall=True` (a search leaves out the turn in progress,
+        which this capability stored before the model request), else None."""
+        if not self.recall:
+            return None
+        return recall_toolset(self.service, self.session_id, current_turn=True)
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -272,6 +288,65 @@ class TurnlogHistory(AbstractCapability[Any]):
             self.service, self.session_id, result.all_messages(), check_rules=self.check_rules
         )
         return result
+
+
+# -- the recall tools ---------------------------------------------------------------------
+
+
+def recall_toolset(
+    service: AsyncSessionService | SessionService,
+    session_id: str,
+    *,
+    current_turn: bool = False,
+) -> FunctionToolset[Any]:
+    """The recall tools over a session's whole log, for `Agent(toolsets=[...])`:
+    `search_history(query, before?, after?)` and `read_events(ids)`, as the turn runner offers
+    them with `recall=True` (same schemas, same result texts; see `turnlog.recall_tools`).
+    `TurnlogHistory(..., recall=True)` adds them for its own session.
+
+    With them the model gets back what compaction took out of its view: a search finds covered
+    and cleared messages too (the log keeps them), and `read_events` gives an event back whole
+    with when it was said and its turn. Arguments the model got wrong give a failed tool result
+    saying what to correct (`ToolFailed`, which spends no retry), never an exception that ends
+    the run; ids of another session give nothing.
+
+    Args:
+        service: the session service; over a `SessionService` the tools run in a worker thread.
+        session_id: the session; one not created yet has nothing to find.
+        current_turn: the log holds the turn in progress already (`TurnlogHistory` and
+            `history_processor` store it before each model request): a search leaves it out,
+            as the runner does. False for `save_history` after the run.
+    """
+
+    def tool(name: str, description: str, schema: dict[str, Any]) -> Tool[Any]:
+        def result(answered: Answer) -> str:
+            if answered.is_error:
+                raise ToolFailed(answered.text)
+            return answered.text
+
+        if isinstance(service, AsyncSessionService):
+
+            async def arun(**arguments: Any) -> str:
+                given = json.dumps(arguments)
+                return result(
+                    await answer_async(service, session_id, name, given, current_turn=current_turn)
+                )
+
+            return Tool.from_schema(arun, name, description, schema)
+
+        def run(**arguments: Any) -> str:
+            given = json.dumps(arguments)
+            return result(answer(service, session_id, name, given, current_turn=current_turn))
+
+        return Tool.from_schema(run, name, description, schema)
+
+    # each tool its own copy of the schema
+    return FunctionToolset(
+        [
+            tool(r.name, r.description, json.loads(json.dumps(r.parameters or {})))
+            for r in recall_tool_references()
+        ]
+    )
 
 
 # -- sync ---------------------------------------------------------------------------------
