@@ -402,7 +402,7 @@ def _cmd_migrate(svc: SessionService | None, args: argparse.Namespace) -> int:
         options.pop("pool_min", None)
         options.pop("pool_max", None)
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
-        version = migrate(url, **options)
+        version = migrate(url, progress=print, **options)  # the history fill reports progress
         print(f"PostgreSQL schema is at version {version}")
     else:
         store = where.open()  # opening creates or checks the schema
