@@ -26,8 +26,8 @@ timing, so the PostgreSQL and Redis figures can move by a few hundred instructio
 Only the main thread is counted (`--separate-threads=yes`): a connection pool's worker threads
 run when timing has them run, not per read. `--keep DIR` keeps the callgrind output of every
 counted run there (named store-session-read-N), for `callgrind_annotate` (say, the images' run
-against the text-only one, by function). Needs valgrind (Debian's package); about 10 minutes
-for all four stores.
+against the text-only one, by function). Needs valgrind (Debian's package); about 20 minutes
+for all four stores (most of it building the 100 MiB sessions and starting the servers).
 
     python bench/log_read_instructions.py [--reads 20] [--keep DIR]
         [--stores sqlite,postgres,redis,redis-cluster]
