@@ -330,3 +330,105 @@ def test_pydantic_ai_other_sessions_ids_and_bad_arguments(server, tmp_path):
     result = pydantic_ai_run(server, path, "s1", lambda: script_errors(server, other))
     assert result.output == "Done."
     check_errors(server, other)
+    sent = [m["content"] for m in tool_messages(server.requests[-1].body)]
+    assert [c.startswith('{"error"') for c in sent] == [True, False, True]  # failed results
+
+
+# -- the docs' examples ------------------------------------------------------------------------
+
+
+def recall_block(page: str) -> str:
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / page
+    section = doc.read_text(encoding="utf-8").split("## Recall\n", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    return block
+
+
+def test_the_agents_sdk_docs_example_recalls(server, tmp_path):
+    from agents import OpenAIChatCompletionsModel, Runner
+    from openai import AsyncOpenAI
+
+    from turnlog.integrations.openai_agents import TurnlogSession
+
+    path = tmp_path / "t.db"
+
+    async def main():
+        service = AsyncSessionService(AsyncSqliteStore(path))
+        client = AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        try:
+            session = TurnlogSession("user-42", service, trigger=TRIGGER, strategy=STRATEGY)
+            for asked, said in [(FACT, "Noted."), *LATER]:
+                await session.add_items(
+                    [{"role": "user", "content": asked}, {"role": "assistant", "content": said}]
+                )
+            namespace: dict[str, Any] = {"session": session}
+            exec(compile(recall_block("openai-agents.md"), "openai-agents.md", "exec"), namespace)
+            model = OpenAIChatCompletionsModel("gpt-test", openai_client=client)
+            script_recall(server, {"query": "parking"})
+            agent = namespace["agent"].clone(model=model)
+            return await Runner.run(agent, QUESTION, session=session)
+        finally:
+            await client.close()
+            await service.close()
+
+    assert asyncio.run(main()).final_output == "You parked at B-42."
+    check_recalled(server, path, "user-42")
+
+
+def test_the_langchain_docs_example_recalls(server, tmp_path, monkeypatch):
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from turnlog.integrations.langchain import TurnlogChatMessageHistory
+
+    monkeypatch.chdir(tmp_path)
+    with SessionService(SqliteStore("agent.db")) as service:
+        history = TurnlogChatMessageHistory("user-42", service)
+        for asked, said in [(FACT, "Noted."), *LATER]:
+            history.add_messages([HumanMessage(asked), AIMessage(said)])
+        service.compact("user-42", TRIGGER, STRATEGY)
+    chat_model = ChatOpenAI(
+        model="gpt-test", base_url=server.url + "/v1", api_key="unused", max_retries=0
+    )
+    script_recall(server, {"query": "parking"})
+    code = recall_block("langchain.md").replace("Where did I park?", QUESTION)
+    namespace: dict[str, Any] = {"__name__": "__main__", "chat_model": chat_model}
+    exec(compile(code, "langchain.md", "exec"), namespace)
+    namespace["service"].close()
+    check_recalled(server, tmp_path / "agent.db", "user-42")
+
+
+def test_the_pydantic_ai_docs_example_recalls(server, tmp_path, monkeypatch):
+    from openai import AsyncOpenAI
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from turnlog.integrations.pydantic_ai import save_history_async
+
+    monkeypatch.chdir(tmp_path)
+
+    async def main():
+        client = AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
+        namespace: dict[str, Any] = {"model": model}
+        exec(compile(recall_block("pydantic-ai.md"), "pydantic-ai.md", "exec"), namespace)
+        service = namespace["service"]
+        try:
+            messages: list[Any] = []
+            for asked, said in [(FACT, "Noted."), *LATER]:
+                messages.append(ModelRequest(parts=[UserPromptPart(asked)]))
+                messages.append(ModelResponse(parts=[TextPart(said)]))
+            await save_history_async(service, "user-42", messages)
+            await service.compact("user-42", TRIGGER, STRATEGY)
+            script_recall(server, {"query": "parking"})
+            return await namespace["agent"].run(QUESTION)
+        finally:
+            await client.close()
+            await service.close()
+
+    assert asyncio.run(main()).output == "You parked at B-42."
+    check_recalled(server, tmp_path / "chat.db", "user-42")
