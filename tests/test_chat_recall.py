@@ -506,3 +506,41 @@ def test_the_docs_example_recalls_a_hotel_compacted_out_of_the_view(tmp_path, mo
     assert namespace["turn"].text == "I booked the Hotel Avenida in Lisbon for April."
     assert all(breaks(sent) == [] for sent in model.calls)
     namespace["service"].close()
+
+
+def test_a_recall_placeholder_leads_the_model_back_to_the_cleared_output(tmp_path):
+    from turnlog.recall_tools import RECALL_PLACEHOLDER, RECALL_SHADOW_PROMPT
+
+    assert "search_history" in RECALL_SHADOW_PROMPT and "read_events" in RECALL_SHADOW_PROMPT
+    service = SessionService(SqliteStore(tmp_path / "p.db"))
+    report = "Quarterly report: revenue 4,812,300 EUR, churn 2.1%, " + "detail " * 400
+
+    def fetch_report() -> str:
+        """Fetch the quarterly report."""
+        return report
+
+    fetch = calls(("fetch_report", {}))
+    chat = SessionChat(service, ScriptedChatModel([fetch, "Fetched."]), tools=[fetch_report])
+    chat.send("p", "Get the quarterly report.")
+    for n in range(4):
+        chat.send("p", f"small talk {n}")
+    clearing = ToolOutputCompactionStrategy(keep_last=0, placeholder=RECALL_PLACEHOLDER)
+    assert not service.compact("p", TurnCountTrigger(1), clearing).unchanged
+
+    seen = {}
+
+    def reader(messages):
+        stand_in = next(r.content for m in messages for r in m.tool_results)
+        seen["stand_in"] = stand_in
+        event_id = re.search(r'read_events\(\["([^"]+)"\]\)', stand_in).group(1)
+        return calls(("read_events", {"ids": [event_id]}))
+
+    def answer(messages):
+        seen["read"] = json.loads(last_result(messages).content)
+        return Message.assistant("Revenue was 4,812,300 EUR.")
+
+    recall = SessionChat(service, ScriptedChatModel([reader, answer]), recall=True)
+    recall.send("p", "What was the revenue in the report?")
+    assert "4,812,300" not in seen["stand_in"]
+    shown = json.dumps(seen["read"])
+    assert "4,812,300 EUR" in shown and "fetch_report" in shown

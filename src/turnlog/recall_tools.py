@@ -48,6 +48,8 @@ __all__ = [
     "MAX_READ_IDS",
     "READ_EVENTS",
     "RECALL_HITS",
+    "RECALL_PLACEHOLDER",
+    "RECALL_SHADOW_PROMPT",
     "SEARCH_HISTORY",
     "events_result",
     "hits_result",
@@ -68,6 +70,19 @@ MAX_READ_IDS: Final = 20
 """The most ids one `read_events` call takes."""
 DEFAULT_RECALL_TOKENS: Final = 2000
 """About the most tokens one recall result holds (by the service's token counter)."""
+
+RECALL_PLACEHOLDER: Final = (
+    "[output of {tool} cleared from the prompt: {chars} characters, about {tokens} tokens; "
+    'read_events(["{event_id}"]) gives it back whole]'
+)
+"""A stand-in for `ToolOutputCompactionStrategy(placeholder=...)` that tells the model how to
+get the cleared output back with the recall tools (`SessionChat(..., recall=True)`)."""
+RECALL_SHADOW_PROMPT: Final = (
+    "Remind me what we have covered so far in this conversation. (All of it is kept: "
+    "search_history finds what was said, read_events gives it back whole.)"
+)
+"""A summary turn's question for `ExtractiveSummarizer(shadow_prompt=...)` or
+`ChatModelSummarizer(shadow_prompt=...)` that tells the model the originals can be searched."""
 
 _SEARCH_DESCRIPTION: Final = (
     "Search the whole history of this conversation, including what was said long ago and is "
