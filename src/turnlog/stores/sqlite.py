@@ -6,9 +6,9 @@ or processes queue for the lock instead of failing with "database is locked". Th
 The session row points at its newest boundary, so reading the view reads the boundary, the
 events it names and what came after: never the covered history.
 
-The history index (schema 3) is a contentless FTS5 table beside a plain table of the indexed
-rows, both written in the append's transaction and emptied of a session in its delete's: see
-`_HISTORY`.
+The history index (schema 4) is a contentless FTS5 table beside a plain table of the indexed
+rows, filled by the searches (an append never touches it) and emptied of a session in its
+delete's transaction: see `_HISTORY`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ from turnlog.stores.base import (
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 _SCHEMA: Final = """
 CREATE TABLE turnlog_schema (version INTEGER NOT NULL);
@@ -151,6 +151,18 @@ CREATE INDEX turnlog_session_attachments_ref ON turnlog_session_attachments (ref
 # A session's key comes from `turnlog_history_keys` (never given twice while it lasts), so a
 # session created again under a deleted one's id never meets the old rows.
 #
+# Version 4: the index is written by the searches, not the appends (FTS5 writes a segment at
+# every commit: indexing in the append's transaction tripled its cost). The session row records
+# how far its log is indexed: `history_seq`, the version indexed (every event up to it that
+# `indexed_text` keeps has its rows), and `history_id`, the id of the event at that seq, which
+# tells a log that is no longer the one indexed. `search_history` and `search_sessions` first
+# catch the sessions they search up (`_catch_up`, in one `BEGIN IMMEDIATE` transaction that
+# reads the record, so two catch-ups never index an event twice); when none is behind, they take
+# no write lock. The key is given at a session's first catch-up. Version 3 wrote the index in
+# every append: its sessions are indexed up to their newest row (`_FROM_V3`). The version
+# number keeps a turnlog of version 3, which would index at append behind the record's back
+# (and so twice), from opening a version-4 file.
+#
 # Deleting from a contentless table (SQLite 3.40: no contentless_delete) is FTS5's 'delete'
 # command with the very text that was indexed; it is computed again from the stored body, which
 # is exact: the indexed text is a pure function of the message's text, tool calls and tool
@@ -163,6 +175,8 @@ CREATE TABLE turnlog_history_keys (next INTEGER NOT NULL);
 INSERT INTO turnlog_history_keys (next) VALUES (1);
 ALTER TABLE turnlog_sessions ADD COLUMN history_key INTEGER;
 CREATE UNIQUE INDEX turnlog_sessions_history_key ON turnlog_sessions (history_key);
+ALTER TABLE turnlog_sessions ADD COLUMN history_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE turnlog_sessions ADD COLUMN history_id TEXT;
 CREATE TABLE turnlog_history (
     rowid INTEGER PRIMARY KEY,
     said_at INTEGER NOT NULL,
@@ -174,16 +188,30 @@ CREATE VIRTUAL TABLE turnlog_history_text USING fts5(
     tokenize = "porter unicode61 remove_diacritics 2 categories 'L* N* Co M*'"
 )
 """
+# A version-3 file (the index written at append) gains the record, each session indexed up to
+# its newest row: the rows table holds every indexed event, so what follows was not indexed.
+_FROM_V3: Final = """
+ALTER TABLE turnlog_sessions ADD COLUMN history_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE turnlog_sessions ADD COLUMN history_id TEXT;
+UPDATE turnlog_sessions SET history_seq = coalesce((SELECT max(h.rowid) FROM turnlog_history h
+    WHERE h.rowid >= history_key * 1099511627776 AND h.rowid < (history_key + 1) * 1099511627776)
+    - history_key * 1099511627776, 0) WHERE history_key IS NOT NULL;
+UPDATE turnlog_sessions SET history_id = (SELECT e.id FROM turnlog_events e
+    WHERE e.session_id = turnlog_sessions.id AND e.seq = turnlog_sessions.history_seq)
+    WHERE history_seq > 0
+"""
+# How far a session is indexed and how far its log goes: key, indexed seq, the id recorded at
+# it, the log's version, the id of the log's event at the indexed seq (NULL: none).
+_STATE: Final = (
+    "s.history_key, s.history_seq, s.history_id, "
+    "(SELECT max(e.seq) FROM turnlog_events e WHERE e.session_id = s.id), "
+    "(SELECT e.id FROM turnlog_events e WHERE e.session_id = s.id AND e.seq = s.history_seq)"
+)
 _SEQ_BITS: Final = 40
 _SEQ_SPAN: Final = 1 << _SEQ_BITS
 _MAX_KEY: Final = (1 << (63 - _SEQ_BITS)) - 1
 _TOOLS_SEP: Final = "\x1f"
-_BACKFILL: Final = 1000  # events a migration reads at a time
-_ADD_ROW: Final = (
-    "INSERT INTO turnlog_history (rowid, said_at, role, tools) VALUES ("
-    "(SELECT history_key FROM turnlog_sessions WHERE id = ?) * 1099511627776 + ?, ?, ?, ?)"
-)
-_ADD_TEXT: Final = "INSERT INTO turnlog_history_text (rowid, text) VALUES (last_insert_rowid(), ?)"
+_PAGE: Final = 1000  # events a catch-up or a delete reads at a time
 
 # NULL for a message event's type: one str fewer to build per row (codec.events_from_rows
 # reads a None type as MESSAGE).
@@ -403,11 +431,12 @@ class SqliteStore:
                 _run_script(conn, _SCHEMA)
             if found < 2:  # a version 1 file gains the attachment tables
                 _run_script(conn, _ATTACHMENTS)
-            if found < 3 and not _has_table(conn, "turnlog_history"):
-                # a version 2 file gains the history index, filled from its logs (a file whose
-                # version was set back by hand keeps the index it has: it was kept in step)
+            if not _has_table(conn, "turnlog_history"):
+                # a version 2 file gains the history index, empty: each session is indexed by
+                # its first search
                 _run_script(conn, _HISTORY)
-                _backfill_history(conn)
+            elif not _has_column(conn, "turnlog_sessions", "history_seq"):
+                _run_script(conn, _FROM_V3)  # a version 3 file: indexed at append
             if found < SCHEMA_VERSION:
                 conn.execute("INSERT INTO turnlog_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
@@ -444,9 +473,9 @@ class SqliteStore:
         with self._write() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata, "
-                    "history_key) VALUES (?, ?, ?, ?, ?)",
-                    (*_session_row(session), _next_key(conn)),
+                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
+                    "VALUES (?, ?, ?, ?)",
+                    _session_row(session),
                 )
             except sqlite3.IntegrityError:
                 raise SessionAlreadyExists(session.id) from None
@@ -454,18 +483,12 @@ class SqliteStore:
     def save_session(self, session: Session) -> None:
         check_session(session)
         with self._write() as conn:
-            row = _session_row(session)
-            if conn.execute("SELECT 1 FROM turnlog_sessions WHERE id = ?", row[:1]).fetchone():
-                conn.execute(
-                    "UPDATE turnlog_sessions SET expires_at = ?, metadata = ? WHERE id = ?",
-                    (row[2], row[3], row[0]),
-                )
-            else:
-                conn.execute(
-                    "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata, "
-                    "history_key) VALUES (?, ?, ?, ?, ?)",
-                    (*row, _next_key(conn)),
-                )
+            conn.execute(
+                "INSERT INTO turnlog_sessions (id, created_at, expires_at, metadata) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                "expires_at = excluded.expires_at, metadata = excluded.metadata",
+                _session_row(session),
+            )
 
     def find_session(self, session_id: str) -> Session | None:
         check_id(session_id, "session id")
@@ -605,35 +628,27 @@ class SqliteStore:
         seq = expected + 1
         row = (session_id, seq, event.id, event.type.name, micros, role, 1 if synthetic else 0,
                encode_body(event))  # fmt: skip
-        found = _index_row(event, micros)
-        index = None if found is None else (session_id, seq, *found)
         if tail_needed and tail is None:
-            return self._append_read(session_id, event, expected, row, index)
+            return self._append_read(session_id, event, expected, row)
         after = None if tail is None else (session_id, seq, event.id, tail)
         if expected == 0:
-            written = self._write_one(_INSERT_FIRST, row, after, index)
+            written = self._write_one(_INSERT_FIRST, row, after)
         else:
-            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after, index)
+            written = self._write_one(_INSERT_AFTER, (*row, expected, fence), after)
         if written:
             return seq
         if fence is None:
             return None  # not at `expected`, no such session, or an id already stored
         self._tails.forget(session_id)  # perhaps another handle wrote: read the log's end
-        return self._append_read(session_id, event, expected, row, index)
+        return self._append_read(session_id, event, expected, row)
 
     def _write_one(
-        self,
-        sql: str,
-        params: tuple[Any, ...],
-        tail: tuple[str, int, str, Tail] | None,
-        index: tuple[Any, ...] | None = None,
+        self, sql: str, params: tuple[Any, ...], tail: tuple[str, int, str, Tail] | None
     ) -> bool:
         """Run one insert in autocommit mode, under the write lock: whether it wrote its row
-        (False: a constraint refused it). With `index` (the event's history row: `_ADD_ROW`'s
-        parameters and the text), the insert and the index rows are one transaction instead.
-        When it wrote, `tail` (session, version, newest id, `Tail`), if given, is remembered
-        before the lock is released. As in `_immediate`, the time spent waiting for the lock
-        is taken off SQLite's busy timeout."""
+        (False: a constraint refused it). When it did, `tail` (session, version, newest id,
+        `Tail`), if given, is remembered before the lock is released. As in `_immediate`, the
+        time spent waiting for the lock is taken off SQLite's busy timeout."""
         conn = self._conn()
         lock = self._write_lock
         left = None
@@ -651,16 +666,8 @@ class SqliteStore:
             if left is not None:
                 conn.execute(f"PRAGMA busy_timeout = {left}")
             try:
-                if index is None:
-                    conn.execute(sql, params)
-                else:
-                    conn.execute("BEGIN IMMEDIATE")
-                    conn.execute(sql, params)
-                    conn.execute(_ADD_ROW, index[:5])
-                    conn.execute(_ADD_TEXT, index[5:])
-                    conn.execute("COMMIT")
+                conn.execute(sql, params)
             except sqlite3.IntegrityError:
-                _rollback(conn)
                 return False
             finally:
                 if left is not None:
@@ -675,15 +682,9 @@ class SqliteStore:
             lock.release()
 
     def _append_read(
-        self,
-        session_id: str,
-        event: SessionEvent,
-        expected: int,
-        row: tuple[Any, ...],
-        index: tuple[Any, ...] | None,
+        self, session_id: str, event: SessionEvent, expected: int, row: tuple[Any, ...]
     ) -> int | None:
-        """`_append_one` when the tail has to be read: the newest row, then the insert (and
-        the history row `index`, if any)."""
+        """`_append_one` when the tail has to be read: the newest row, then the insert."""
         with self._immediate() as conn:
             done = False
             try:
@@ -698,9 +699,6 @@ class SqliteStore:
                     conn.execute(_INSERT, row)
                 except sqlite3.IntegrityError:
                     return None
-                if index is not None:
-                    conn.execute(_ADD_ROW, index[:5])
-                    conn.execute(_ADD_TEXT, index[5:])
                 conn.execute("COMMIT")
                 done = True
                 self._tails.remember(session_id, expected + 1, event.id, tail)
@@ -923,10 +921,6 @@ class SqliteStore:
                 conn.execute(_INSERT, rows[0])
             except sqlite3.IntegrityError:
                 return False
-            found = _index_row(batch[0], rows[0][4])
-            if found is not None:
-                conn.execute(_ADD_ROW, (session_id, version + 1, *found[:3]))
-                conn.execute(_ADD_TEXT, found[3:])
             return True
         conn.execute("SAVEPOINT turnlog_batch")
         try:
@@ -936,8 +930,6 @@ class SqliteStore:
             conn.execute("RELEASE turnlog_batch")
             return False
         conn.execute("RELEASE turnlog_batch")
-        indexed = [(r[1], _index_row(e, r[4])) for e, r in zip(batch, rows, strict=True)]
-        _add_history(conn, session_id, [(seq, f) for seq, f in indexed if f is not None])
         return True
 
     def _drop_stored(
@@ -1013,23 +1005,41 @@ class SqliteStore:
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         """The best `query.k` message events of the session for `query`, by the history index:
         one FTS5 match on the session's rowid range, filtered in SQL, bodies read for the hits
-        only.
+        only. The session's events not indexed yet are indexed first (`_catch_up`, one write
+        transaction); when there are none, the search takes no write lock.
 
         Raises:
             SessionNotFound: no such session.
+            StoreError: the catch-up waited for the write lock past `busy_timeout`.
         """
         check_id(session_id, "session id")
         expression = fts5_expression(query.terms)
         with self._read() as conn:
-            row = conn.execute(
-                "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
+            state = conn.execute(
+                f"SELECT {_STATE} FROM turnlog_sessions s WHERE s.id = ?", (session_id,)
             ).fetchone()
-            if row is None:
+            if state is None:
                 raise SessionNotFound(session_id)
             if not expression:
                 return []
-            found = _matches(conn, expression, query, row[0], None)
-            return _hits(conn, found, query)
+            if not _behind(state):
+                return self._search_one(conn, expression, query, state[0])
+        with self._write() as conn:
+            _catch_up(conn, session_id)
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:  # deleted since
+                raise SessionNotFound(session_id)
+            return self._search_one(conn, expression, query, row[0])
+
+    def _search_one(
+        self, conn: sqlite3.Connection, expression: str, query: HistoryQuery, key: int | None
+    ) -> list[HistoryHit]:
+        if key is None:  # never indexed: nothing to find (None would mean every session)
+            return []
+        return _hits(conn, _matches(conn, expression, query, key, None), query)
 
     def search_sessions(
         self,
@@ -1040,19 +1050,41 @@ class SqliteStore:
     ) -> list[HistoryHit]:
         """The best `query.k` message events of the chosen sessions (all, or those of
         `sessions` that exist; either kept to those whose metadata matches `metadata`): one
-        match over the whole index, or one per named session."""
+        match over the whole index, or one per named session. The chosen sessions that are
+        behind (one query finds them) are caught up first, together in one write transaction;
+        when none is, no write lock is taken."""
         expression = fts5_expression(query.terms)
         if not expression:
             return []
+        named = (
+            None
+            if sessions is None
+            else [check_id(sid, "session id") for sid in dict.fromkeys(sessions)]
+        )
+        behind = (
+            "SELECT s.id, s.created_at, s.expires_at, s.metadata FROM turnlog_sessions s WHERE "
+            "(coalesce((SELECT max(e.seq) FROM turnlog_events e WHERE e.session_id = s.id), 0) "
+            "> s.history_seq OR (s.history_seq > 0 AND (SELECT e.id FROM turnlog_events e "
+            "WHERE e.session_id = s.id AND e.seq = s.history_seq) IS NOT s.history_id))"
+        )
         with self._read() as conn:
-            if sessions is None:
+            if named is None:
+                late = conn.execute(behind).fetchall()
+            else:
+                late = _in_chunks(conn, behind + " AND s.id IN", (), named)
+        late = [r[0] for r in late if session_matches(_session(r), metadata)]
+        if late:
+            with self._write() as conn:
+                for sid in late:
+                    _catch_up(conn, sid)
+        with self._read() as conn:
+            if named is None:
                 return _hits(conn, _matches(conn, expression, query, None, metadata), query)
-            named = [check_id(sid, "session id") for sid in dict.fromkeys(sessions)]
             found: list[_Match] = []
             for sid, key, created, expires, meta in _in_chunks(
                 conn,
                 "SELECT id, history_key, created_at, expires_at, metadata FROM turnlog_sessions "
-                "WHERE id IN",
+                "WHERE history_key IS NOT NULL AND id IN",
                 (),
                 named,
             ):
@@ -1288,20 +1320,6 @@ def _index_row(event: SessionEvent, micros: int) -> tuple[int, str, str | None, 
     return said, message.role, _TOOLS_SEP.join(tools) if tools else None, _index_text(text)
 
 
-def _add_history(
-    conn: sqlite3.Connection,
-    session_id: str,
-    rows: list[tuple[int, tuple[int, str, str | None, str]]],
-) -> None:
-    """Index `rows` ((seq, `_index_row`)) of the session, in the caller's transaction."""
-    if not rows:
-        return
-    found = conn.execute(
-        "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    _add_keyed(conn, found[0], rows)
-
-
 def _add_keyed(
     conn: sqlite3.Connection, key: int, rows: list[tuple[int, tuple[int, str, str | None, str]]]
 ) -> None:
@@ -1341,39 +1359,74 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
     return found is not None
 
 
-def _backfill_history(conn: sqlite3.Connection) -> None:
-    """Give every session a history key and index its message events, a page at a time (the
-    migration to schema 3, in its transaction)."""
-    ids = [r[0] for r in conn.execute("SELECT id FROM turnlog_sessions ORDER BY created_at, id")]
-    conn.executemany(
-        "UPDATE turnlog_sessions SET history_key = ? WHERE id = ?",
-        [(key, sid) for key, sid in enumerate(ids, start=1)],
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in conn.execute(f"PRAGMA table_info({table})"))
+
+
+def _behind(state: Any) -> bool:
+    """Whether a session whose `_STATE` columns are `state` has events its index lacks (or a
+    log that is no longer the one indexed)."""
+    _key, seq, last_id, top, at = state
+    return bool((top or 0) > seq or (seq > 0 and at != last_id))
+
+
+def _catch_up(conn: sqlite3.Connection, session_id: str) -> None:
+    """Index the session's events after its indexed version, and advance its record, in the
+    caller's write transaction (whose `BEGIN IMMEDIATE` makes the record read here the latest:
+    no event is indexed twice). Only the bodies of message events not synthetic are read."""
+    state = conn.execute(
+        f"SELECT {_STATE} FROM turnlog_sessions s WHERE s.id = ?", (session_id,)
+    ).fetchone()
+    if state is None or not _behind(state):
+        return  # deleted, or caught up by another search meanwhile
+    key, seq, last_id, top, at = state
+    if seq > 0 and at != last_id:
+        # the log is not the one indexed (the store never does this: a file changed beneath
+        # it). The old text cannot be told from the new bodies, so FTS5 cannot delete it row by
+        # row: the index starts again, every session caught up by its next search
+        conn.execute(
+            "INSERT INTO turnlog_history_text (turnlog_history_text) VALUES ('delete-all')"
+        )
+        conn.execute("DELETE FROM turnlog_history")
+        conn.execute("UPDATE turnlog_sessions SET history_seq = 0, history_id = NULL")
+        seq = 0
+    top = top or 0
+    if top <= seq:
+        return
+    if key is None:
+        key = _next_key(conn)
+        conn.execute("UPDATE turnlog_sessions SET history_key = ? WHERE id = ?", (key, session_id))
+    after = seq
+    while True:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
+            "AND seq <= ? AND type = 'MESSAGE' AND synthetic = 0 ORDER BY seq LIMIT ?",
+            (session_id, after, top, _PAGE),
+        ).fetchall()
+        if not rows:
+            break
+        indexed = [
+            (e.seq or 0, _index_row(e, r[3]))
+            for e, r in zip(decode_rows(session_id, rows), rows, strict=True)
+        ]
+        _add_keyed(conn, key, [(n, f) for n, f in indexed if f is not None])
+        after = rows[-1][0]
+    conn.execute(
+        "UPDATE turnlog_sessions SET history_seq = ?1, history_id = (SELECT id FROM "
+        "turnlog_events WHERE session_id = ?2 AND seq = ?1) WHERE id = ?2",
+        (top, session_id),
     )
-    conn.execute("UPDATE turnlog_history_keys SET next = ?", (len(ids) + 1,))
-    for key, sid in enumerate(ids, start=1):
-        after = 0
-        while True:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
-                "AND type = 'MESSAGE' AND synthetic = 0 ORDER BY seq LIMIT ?",
-                (sid, after, _BACKFILL),
-            ).fetchall()
-            if not rows:
-                break
-            indexed = [
-                (e.seq or 0, _index_row(e, r[3]))
-                for e, r in zip(decode_rows(sid, rows), rows, strict=True)
-            ]
-            _add_keyed(conn, key, [(seq, f) for seq, f in indexed if f is not None])
-            after = rows[-1][0]
 
 
 def _drop_history(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
     """Remove the history rows of the sessions `where` picks (an SQL condition on the sessions
     table), in the caller's transaction: FTS5's 'delete' with each row's indexed text, made
-    again from its body (exact: see `_HISTORY`), then the rows."""
+    again from its body (exact: see `_HISTORY`), then the rows. A row exists only for an event
+    up to the session's indexed version, so only those bodies are read; a session never
+    searched has no key and nothing to remove."""
     for sid, key in conn.execute(
-        f"SELECT id, history_key FROM turnlog_sessions WHERE {where}", args
+        f"SELECT id, history_key FROM turnlog_sessions WHERE history_key IS NOT NULL AND ({where})",
+        args,
     ).fetchall():
         low = key * _SEQ_SPAN
         after = low - 1
@@ -1382,7 +1435,7 @@ def _drop_history(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -
                 f"SELECT h.rowid, {_COLUMNS} FROM turnlog_history h JOIN turnlog_events e "
                 "ON e.session_id = ? AND e.seq = h.rowid - ? WHERE h.rowid > ? AND h.rowid < ? "
                 "ORDER BY h.rowid LIMIT ?",
-                (sid, low, after, low + _SEQ_SPAN, _BACKFILL),
+                (sid, low, after, low + _SEQ_SPAN, _PAGE),
             ).fetchall()
             if not rows:
                 break
