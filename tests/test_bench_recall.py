@@ -82,3 +82,123 @@ def test_search_reaches_the_planted_evidence(recall) -> None:  # type: ignore[no
             assert all(w.lower() in text for w in question.answer.split())
             checked += 1
         assert checked
+
+
+# -- bench/recall_bfcl.py ----------------------------------------------------------------------
+
+# Two BFCL multi_turn_base entries as `tool_outputs.entries` reads them (the users' turns and the
+# ground-truth calls), written out here so the test needs no bfcl-eval wheel: the suite never
+# downloads, and the wheel is fetched only by the bench itself (bench/.cache).
+_ENTRIES = (
+    (
+        "multi_turn_base_0",
+        (
+            (
+                "Move 'final_report.pdf' within document directory to 'temp' directory in "
+                "document. Make sure to create the directory",
+                (
+                    "cd(folder='document')",
+                    "mkdir(dir_name='temp')",
+                    "mv(source='final_report.pdf', destination='temp')",
+                ),
+            ),
+            (
+                "Perform a detailed search using grep to identify sections in the file "
+                "pertaining to 'budget analysis'.",
+                (
+                    "cd(folder='temp')",
+                    "grep(file_name='final_report.pdf',pattern='budget analysis')",
+                ),
+            ),
+            (
+                "Upon identifying the requisite 'budget analysis' content, sort the "
+                "'final_report.pdf' by line for improved clarity and comprehension.",
+                ("sort('final_report.pdf')",),
+            ),
+            (
+                "Move 'previous_report.pdf' in document directory to temp as well and having "
+                "final report also there, proceed to juxtapose it with 'previous_report.pdf' to "
+                "detect any critical alterations.",
+                (
+                    "cd(folder='..')",
+                    "mv(source='previous_report.pdf',destination='temp')",
+                    "cd(folder='temp')",
+                    "diff(file_name1='final_report.pdf',file_name2='previous_report.pdf')",
+                ),
+            ),
+        ),
+    ),
+    (
+        "multi_turn_base_113",
+        (
+            (
+                "It would mean a lot if you could include Quasar Ltd.'s stock in my watchlist. "
+                "After that's completed, please let me know what's on the list so I can have a "
+                "look.",
+                ("add_to_watchlist(stock='QUAS')",),
+            ),
+            (
+                "I need to see the details of each stock in my watchlist to feel reassured. Once "
+                "I have that information, I am good to go.",
+                (
+                    "get_watchlist()",
+                    "get_stock_info(symbol='NVDA')",
+                    "get_stock_info(symbol='QUAS')",
+                ),
+            ),
+        ),
+    ),
+)
+_DOCS = {
+    "grep": "Search for lines in a file of any extension at current directory that contain the "
+    "specified pattern.",
+    "sort": "Sort the contents of a file line by line.",
+    "diff": "Compare two files of any extension line by line at the current directory.",
+    "get_watchlist": "Get the watchlist.",
+    "get_stock_info": "Get the details of a stock.",
+}
+
+
+@pytest.fixture(scope="module")
+def recall_bfcl():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(_BENCH))
+    bytecode = sys.dont_write_bytecode
+    try:
+        import recall_bfcl as module
+    finally:
+        sys.dont_write_bytecode = bytecode
+        sys.path.remove(str(_BENCH))
+    return module
+
+
+def test_bfcl_questions_are_about_the_reads(recall_bfcl) -> None:  # type: ignore[no-untyped-def]
+    from tool_outputs import Entry
+
+    conv = recall_bfcl.conversation(Entry(*_ENTRIES[1]), _DOCS)
+    asked = {(q.kind, q.text) for q in conv.questions}
+    assert ("literal", "What did get_stock_info return for NVDA?") in asked
+    assert ("paraphrase", "What came back when you had to get the details of a stock?") in asked
+    assert not any("add_to_watchlist" in q.fact for q in conv.questions)  # an acknowledgement
+    for question in conv.questions:
+        messages = [conv.messages[i] for i in question.evidence]
+        calls = [m for m in messages if m.tool_calls]
+        results = [m for m in messages if m.tool_results]
+        assert len(calls) == len(results) >= 1  # each result with the call that made it
+        assert question.answer in " ".join(r.tool_results[0].content for r in results)
+        if question.kind == "paraphrase" and "stock" in question.text:
+            assert len(results) == 2  # names no symbol: either stock's result answers it
+
+
+def test_bfcl_search_reaches_the_tool_results(recall_bfcl) -> None:  # type: ignore[no-untyped-def]
+    from tool_outputs import Entry
+    from turnlog import MemoryStore, SessionService
+
+    conversations = [recall_bfcl.conversation(Entry(*e), _DOCS) for e in _ENTRIES]
+    with SessionService(MemoryStore()) as service:
+        searches = {"bm25": recall_bfcl.via(service)}
+        outcomes = recall_bfcl.run(service, conversations, (2_000,), searches)[2_000]
+    assert len(outcomes) == sum(len(c.questions) for c in conversations) > 10
+    assert all(o.reachable["bm25"] >= o.in_view for o in outcomes)
+    assert sum(o.in_view for o in outcomes) < len(outcomes)  # compaction took results out
+    literal = [o for o in outcomes if o.question.kind == "literal"]
+    assert all(o.found["bm25"] for o in literal), [o.question.text for o in literal]
