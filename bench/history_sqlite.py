@@ -11,11 +11,11 @@
 2. The index's size (its tables and indexes, from SQLite's dbstat) over the size of the text it
    indexes (the UTF-8 bytes of `indexed_text` of every event; target at most 1.5x).
 3. What the index adds to an append (nothing since schema 4), in instructions under callgrind
-   (deterministic,
-   whatever else the machine does): `SessionService.append_message` on SQLite (NORMAL, the file
-   in /dev/shm), this checkout against `--baseline SRC` (another checkout's src/, e.g. 16f7705's
-   from `git archive 16f7705 src | tar -x -C /tmp/base`), each run twice (its setup alone, then
-   setup + N appends): an append's instructions are the difference / N. Target within 15%.
+   (deterministic, whatever else the machine does): `SessionService.append_message` on SQLite
+   (NORMAL, the file in /dev/shm), this checkout against `--baseline SRC` (another checkout's
+   src/, e.g. 16f7705's from `git archive 16f7705 src | tar -x -C /tmp/base`), each run twice
+   (its setup alone, then setup + N appends): an append's instructions are the difference / N.
+   Target within 15%.
 
 Measured with the append-time index (schema 3, 428a6cb): appends 495,826 instructions against
 16f7705's 169,099 (+193%): FTS5 writes a new segment at every commit (its leaf, structure and
