@@ -542,3 +542,29 @@ def test_filters_and_events_by_id(tmp_path):
         got = svc.store.events_by_id("s", [ids[3], ids[0], other])
         assert [e.id for e in got] == [ids[0], ids[3]]
         assert got == [svc.events("s")[0], svc.events("s")[3]]
+
+
+def test_a_long_backlog_is_indexed_in_several_transactions(tmp_path, monkeypatch):
+    import turnlog.stores.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_CATCH_UP_SPAN", 3)
+    calls = []
+    real = sqlite_module._catch_up
+
+    def counted(conn, session_id):
+        calls.append(session_id)
+        return real(conn, session_id)
+
+    monkeypatch.setattr(sqlite_module, "_catch_up", counted)
+    store = SqliteStore(tmp_path / "b.db")
+    svc = SessionService(store)
+    svc.create("b")
+    for n in range(5):
+        svc.append_message("b", Message.user(f"walrus number {n}"))
+        svc.append_message("b", Message.assistant("ok"))
+    hits = store.search_history("b", history_query("walrus", k=10))
+    assert sorted(h.seq for h in hits) == [1, 3, 5, 7, 9]
+    assert len(calls) == 4  # 10 seqs, 3 a transaction
+    store.search_sessions(history_query("walrus"))
+    assert len(calls) == 4  # caught up: no write transaction
+    store.close()

@@ -156,8 +156,9 @@ CREATE INDEX turnlog_session_attachments_ref ON turnlog_session_attachments (ref
 # how far its log is indexed: `history_seq`, the version indexed (every event up to it that
 # `indexed_text` keeps has its rows), and `history_id`, the id of the event at that seq, which
 # tells a log that is no longer the one indexed. `search_history` and `search_sessions` first
-# catch the sessions they search up (`_catch_up`, in one `BEGIN IMMEDIATE` transaction that
-# reads the record, so two catch-ups never index an event twice); when none is behind, they take
+# catch the sessions they search up (`_catch_up`, in `BEGIN IMMEDIATE` transactions of at most
+# 5,000 seqs each, each reading the record, so two catch-ups never index an event twice and an
+# append of another process never waits for a whole backlog); when none is behind, they take
 # no write lock. The key is given at a session's first catch-up. Version 3 wrote the index in
 # every append: its sessions are indexed up to their newest row (`_FROM_V3`). The version
 # number keeps a turnlog of version 3, which would index at append behind the record's back
@@ -1005,8 +1006,9 @@ class SqliteStore:
     def search_history(self, session_id: str, query: HistoryQuery) -> list[HistoryHit]:
         """The best `query.k` message events of the session for `query`, by the history index:
         one FTS5 match on the session's rowid range, filtered in SQL, bodies read for the hits
-        only. The session's events not indexed yet are indexed first (`_catch_up`, one write
-        transaction); when there are none, the search takes no write lock.
+        only. The session's events not indexed yet are indexed first (`_catch_up`, write
+        transactions of at most 5,000 seqs); when there are none, the search takes no write
+        lock.
 
         Raises:
             SessionNotFound: no such session.
@@ -1024,8 +1026,10 @@ class SqliteStore:
                 return []
             if not _behind(state):
                 return self._search_one(conn, expression, query, state[0])
-        with self._write() as conn:
-            _catch_up(conn, session_id)
+        more = True
+        while more:
+            with self._write() as conn:
+                more = _catch_up(conn, session_id)
         with self._read() as conn:
             row = conn.execute(
                 "SELECT history_key FROM turnlog_sessions WHERE id = ?", (session_id,)
@@ -1051,8 +1055,8 @@ class SqliteStore:
         """The best `query.k` message events of the chosen sessions (all, or those of
         `sessions` that exist; either kept to those whose metadata matches `metadata`): one
         match over the whole index, or one per named session. The chosen sessions that are
-        behind (one query finds them) are caught up first, together in one write transaction;
-        when none is, no write lock is taken."""
+        behind (one query finds them) are caught up first (write transactions of at most
+        5,000 seqs); when none is, no write lock is taken."""
         expression = fts5_expression(query.terms)
         if not expression:
             return []
@@ -1073,10 +1077,11 @@ class SqliteStore:
             else:
                 late = _in_chunks(conn, behind + " AND s.id IN", (), named)
         late = [r[0] for r in late if session_matches(_session(r), metadata)]
-        if late:
-            with self._write() as conn:
-                for sid in late:
-                    _catch_up(conn, sid)
+        for sid in late:
+            more = True
+            while more:
+                with self._write() as conn:
+                    more = _catch_up(conn, sid)
         with self._read() as conn:
             if named is None:
                 return _hits(conn, _matches(conn, expression, query, None, metadata), query)
@@ -1370,16 +1375,24 @@ def _behind(state: Any) -> bool:
     return bool((top or 0) > seq or (seq > 0 and at != last_id))
 
 
-def _catch_up(conn: sqlite3.Connection, session_id: str) -> None:
-    """Index the session's events after its indexed version, and advance its record, in the
-    caller's write transaction (whose `BEGIN IMMEDIATE` makes the record read here the latest:
-    no event is indexed twice). Only the bodies of message events not synthetic are read."""
+_CATCH_UP_SPAN: Final = 5000
+"""How many seqs of a session one catch-up transaction indexes, at most."""
+
+
+def _catch_up(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Index the session's next events after its indexed version (at most `_CATCH_UP_SPAN`
+    seqs of them), and advance its record, in the caller's write transaction (whose `BEGIN
+    IMMEDIATE` makes the record read here the latest: no event is indexed twice). Only the
+    bodies of message events not synthetic are read. Returns whether more are left: a long
+    backlog is indexed in several transactions, so that no append of another process waits
+    for the whole of it (about 0.4 s a transaction here)."""
     state = conn.execute(
         f"SELECT {_STATE} FROM turnlog_sessions s WHERE s.id = ?", (session_id,)
     ).fetchone()
     if state is None or not _behind(state):
-        return  # deleted, or caught up by another search meanwhile
+        return False  # deleted, or caught up by another search meanwhile
     key, seq, last_id, top, at = state
+    seq, top = int(seq), int(top or 0)
     if seq > 0 and at != last_id:
         # the log is not the one indexed (the store never does this: a file changed beneath
         # it). The old text cannot be told from the new bodies, so FTS5 cannot delete it row by
@@ -1392,7 +1405,8 @@ def _catch_up(conn: sqlite3.Connection, session_id: str) -> None:
         seq = 0
     top = top or 0
     if top <= seq:
-        return
+        return False
+    end = min(top, seq + _CATCH_UP_SPAN)
     if key is None:
         key = _next_key(conn)
         conn.execute("UPDATE turnlog_sessions SET history_key = ? WHERE id = ?", (key, session_id))
@@ -1401,7 +1415,7 @@ def _catch_up(conn: sqlite3.Connection, session_id: str) -> None:
         rows = conn.execute(
             f"SELECT {_COLUMNS} FROM turnlog_events WHERE session_id = ? AND seq > ? "
             "AND seq <= ? AND type = 'MESSAGE' AND synthetic = 0 ORDER BY seq LIMIT ?",
-            (session_id, after, top, _PAGE),
+            (session_id, after, end, _PAGE),
         ).fetchall()
         if not rows:
             break
@@ -1414,8 +1428,9 @@ def _catch_up(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute(
         "UPDATE turnlog_sessions SET history_seq = ?1, history_id = (SELECT id FROM "
         "turnlog_events WHERE session_id = ?2 AND seq = ?1) WHERE id = ?2",
-        (top, session_id),
+        (end, session_id),
     )
+    return end < top
 
 
 def _drop_history(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
