@@ -46,6 +46,8 @@ recall.py's `Cached`). Targets (issue 27): at 4,000 tokens reachable >= 75% with
 with the hybrid, never below the view. Then the questions by kind at 4,000, and the misses.
 
 The reported figures are of a sample, every `STRIDE`-th entry (`--stride 1` plays all 200).
+An entry alone is short (about 20 messages, so a top 5 is a quarter of its log): `--chain N`
+plays N entries in one session, as bench/tool_outputs.py does, the questions asked at its end.
 
     python bench/recall_bfcl.py [--quick] [--stride N] [--no-hybrid]
 """
@@ -137,15 +139,17 @@ def _clause(description: str) -> str:
     return text[:1].lower() + text[1:] if text else "use that tool"
 
 
-def conversation(entry: Entry, docs: dict[str, str]) -> Conversation:
-    """`entry` as a conversation bench/recall.py plays: the tool_outputs transcript, a turn
-    ending at each assistant reply, and the questions derived from its tool results."""
-    conv = Conversation(entry.id)
+def conversation(entry: Entry | Sequence[Entry], docs: dict[str, str]) -> Conversation:
+    """`entry` (or a chain of entries, one session) as a conversation bench/recall.py plays:
+    the tool_outputs transcript, a turn ending at each assistant reply, and the questions
+    derived from its tool results."""
+    chain = [entry] if isinstance(entry, Entry) else list(entry)
+    conv = Conversation("+".join(e.id for e in chain))
     conv.messages.append(SYSTEM)
     conv.turn_ends.append(1)
     calls: list[tuple[int, int, str]] = []  # (call message, result message, call string)
-    flat = [c for _, cs in entry.turns for c in cs]
-    for message, _ in transcript([entry]):
+    flat = [c for e in chain for _, cs in e.turns for c in cs]
+    for message, _ in transcript(chain):
         conv.messages.append(message)
         index = len(conv.messages) - 1
         if message.tool_results:
@@ -256,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--stride", type=int, default=STRIDE, help="every Nth entry (1: all 200, about 10 min)"
     )
+    parser.add_argument(
+        "--chain", type=int, default=1, help="entries per session (1: each entry alone)"
+    )
     parser.add_argument("--no-hybrid", action="store_true", help="BM25 only")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -263,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = descriptions(path)
     pool = entries(path)
     picked = pool[:: max(1, args.stride)][: 10 if args.quick else None]
-    conversations = [conversation(e, docs) for e in picked]
+    size = max(1, args.chain)
+    chains = [picked[i : i + size] for i in range(0, len(picked), size)]
+    conversations = [conversation(c, docs) for c in chains]
     budgets = (TARGET_BUDGET,) if args.quick else BUDGETS
     questions = [(c, q) for c in conversations for q in c.questions]
     quick = " (--quick: not the reported figures)" if args.quick else ""
@@ -274,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     none, most = sum(a == 1.0 for a in apart), sum(a >= 0.5 for a in apart)
     results_made = sum(len(c.messages) for c in conversations)
     print(
-        f"bfcl-eval {BFCL_VERSION} multi_turn_base: {len(conversations)} entries, "
+        f"bfcl-eval {BFCL_VERSION} multi_turn_base: {len(picked)} entries in "
+        f"{len(conversations)} sessions, "
         f"{sum(len(c.turn_ends) - 1 for c in conversations)} turns, {results_made:,} messages; "
         f"{len(questions)} questions (" + ", ".join(f"{k} {kinds[k]}" for k in KINDS) + f"); "
         f"{none} ({none / len(questions):.0%}) share no word with their evidence but stop words, "
