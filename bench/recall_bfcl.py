@@ -46,10 +46,11 @@ recall.py's `Cached`). Targets (issue 27): at 4,000 tokens reachable >= 75% with
 with the hybrid, never below the view. Then the questions by kind at 4,000, and the misses.
 
 The reported figures are of a sample, every `STRIDE`-th entry (`--stride 1` plays all 200).
-An entry alone is short (about 20 messages, so a top 5 is a quarter of its log): `--chain N`
-plays N entries in one session, as bench/tool_outputs.py does, the questions asked at its end.
+An entry alone is short (about 20 messages, so a top 5 is a quarter of its log): so 10 entries
+are played in one session by default (`--chain N`; `--chain 1` plays each alone), as
+bench/tool_outputs.py does, the questions asked at its end.
 
-    python bench/recall_bfcl.py [--quick] [--stride N] [--no-hybrid]
+    python bench/recall_bfcl.py [--quick] [--stride N] [--chain N] [--no-hybrid]
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stride", type=int, default=STRIDE, help="every Nth entry (1: all 200, about 10 min)"
     )
     parser.add_argument(
-        "--chain", type=int, default=1, help="entries per session (1: each entry alone)"
+        "--chain", type=int, default=10, help="entries per session (10; 1: each entry alone)"
     )
     parser.add_argument("--no-hybrid", action="store_true", help="BM25 only")
     args = parser.parse_args(argv)
