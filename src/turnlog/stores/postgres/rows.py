@@ -254,7 +254,11 @@ _TOOLS_SEP: Final = "\x1f"
 # Not a letter or digit, and not a mark of the no-space scripts (their character pairs, which
 # `index_text` made, keep their vowel and tone marks, as the query's do).
 _NOT_WORD: Final = re.compile(r"[^\w\u0e01-\u0e4e\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff]+|_+")
-_ASCII_NOT_WORD: Final = re.compile(r"[\W_]+", re.ASCII)
+# ASCII text: lower-cased, every byte but a letter or digit made a space, in one bytes.translate
+# (a quarter of what a regex substitution costs: the append pays it for every message)
+_ASCII_WORDS: Final = bytes(
+    c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 or 48 <= c <= 57 else 32 for c in range(256)
+)
 
 
 def history_words(text: str) -> str:
@@ -267,7 +271,7 @@ def history_words(text: str) -> str:
     from turnlog.toolsearch.words import fold, index_text
 
     if text.isascii():
-        words = _ASCII_NOT_WORD.sub(" ", text.lower())
+        words = text.encode("ascii").translate(_ASCII_WORDS).decode("ascii")
     else:
         words = _NOT_WORD.sub(" ", fold(index_text(text)))
     return words[:MAX_HISTORY_CHARS].strip()
