@@ -409,6 +409,7 @@ def _next_steps(target: argparse.Namespace) -> str:
         f"  {turnlog} show demo-summary --log",
         f"  {turnlog} show {FILES_SESSION} --log --json",
         f"  {turnlog} compact demo-last-turns --last-turns 1",
+        f'  {turnlog} search "pool size" --session demo-summary   (covered events too)',
         f"  {turnlog} import FILE      (OpenAI or Anthropic messages, JSON or JSONL; ShareGPT)",
     ]
     if target.hidden_password:
