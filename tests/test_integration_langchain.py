@@ -726,7 +726,7 @@ def test_the_agent_example_runs(tmp_path, monkeypatch):
 def test_the_openai_model_example_builds_with_the_extra_alone(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     namespace: dict[str, Any] = {}
-    exec(compile(doc_block('init_chat_model("openai:gpt-5")'), str(DOC), "exec"), namespace)
+    exec(compile(doc_block('init_chat_model("openai:gpt-6.1-sol")'), str(DOC), "exec"), namespace)
     assert type(namespace["model"]).__name__ == "ChatOpenAI"  # langchain-openai is installed
 
 
@@ -763,7 +763,7 @@ def test_the_summary_example_summarizes_with_the_model_it_names(server, monkeypa
             reply = f"reply {n}: " + "it rains in Oslo. " * 10  # longer than a summary
             history.add_messages([HumanMessage(f"question {n}"), AIMessage(reply)])
         assert history.messages[1].content == "Ann asked about the weather."
-    assert server.requests[0].body["model"] == "gpt-5-mini"
+    assert server.requests[0].body["model"] == "gpt-6.1-terra"
 
 
 def test_the_history_example_runs(tmp_path, monkeypatch, capsys):

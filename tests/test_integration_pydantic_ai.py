@@ -501,7 +501,7 @@ def test_the_switch_example_runs_with_the_extra_on_openais_api(server, tmp_path,
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     server.reply_json(responses_reply("Rain tomorrow."), connection="close")
     namespace = {"__name__": "__main__"}
-    run_doc(doc_block('Agent("openai:gpt-5"'), namespace)
+    run_doc(doc_block('Agent("openai:gpt-6.1-sol"'), namespace)
     assert namespace["result"].output == "Rain tomorrow."
     assert [r.path for r in server.requests] == ["/v1/responses"]
     asyncio.run(namespace["service"].close())
