@@ -674,18 +674,16 @@ class RedisStore(RedisCore):
         metadata: Mapping[str, str | int | bool] | None = None,
     ) -> list[HistoryHit]:
         index = self._history_index()
-        chosen = []
-        for session in self.list_sessions() if sessions is None else []:
-            chosen.append(session.id)
-        for sid in sessions or []:
-            found = self.find_session(sid)
-            if found is not None:
-                chosen.append(sid)
+        found_all: list[Session | None]
+        if sessions is None:
+            found_all = list(self.list_sessions())
+        else:
+            found_all = [self.find_session(sid) for sid in dict.fromkeys(sessions)]
         picked = []
-        for sid in dict.fromkeys(chosen):
-            found = self.find_session(sid)
+        for found in found_all:
             if found is None or not session_matches(found, metadata):
                 continue
+            sid = found.id
             try:
                 catch_up(index, sid, self.version(sid), self.events_after)
             except SessionNotFound:
